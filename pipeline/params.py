@@ -1,0 +1,207 @@
+"""Load and validate params.yaml, the single place for the pipeline's knobs.
+
+The schema is a tree of dataclasses *without defaults*: params.yaml must spell out every
+key, so the file a user reads is the whole truth about a run (no hidden default in code).
+Validation is strict because a typo in a sweep (`-S grpo.beta=0.04` vs `-S grpo.btea=…`)
+otherwise silently trains the default: an unknown key, a missing key or a value of the
+wrong type raises `ParamsError` naming the dotted key (with a "did you mean" hint).
+
+Each stage calls `load_params()` and reads only its own sections; DVC's `params:` lists in
+dvc.yaml mirror exactly those sections so a stage reruns only when what it reads changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ParamsError(ValueError):
+    """params.yaml is missing, unreadable, or does not match the schema."""
+
+
+# --------------------------------------------------------------------------------------
+# Schema. Field comments live in params.yaml (the file users edit); here only the types.
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataParams:
+    source: Literal["synthetic", "spider"]
+    spider_dir: str
+    spider_questions: str
+    databases: list[str]
+    difficulties: list[str]
+    split: Literal["by_database", "by_question"]
+    eval_fraction: float
+    n50: int
+    n200: int
+
+
+@dataclass(frozen=True)
+class WorldParams:
+    domains: list[str]
+    databases_per_domain: int
+    questions_per_db: int
+
+
+@dataclass(frozen=True)
+class RewardParams:
+    correctness_weight: float
+    progress_weight: float
+    new_query_bonus: float
+    step_cost: float
+    repeat_penalty: float
+    repeat_window: int
+    post_episode_penalty: float
+    format_reward: float
+
+
+@dataclass(frozen=True)
+class EnvParams:
+    step_budget: int
+    sql_timeout_s: float
+    max_rows_shown: int
+    max_chars_shown: int
+    sample_rows: int
+
+
+@dataclass(frozen=True)
+class Params:
+    seed: int
+    data: DataParams
+    world: WorldParams
+    env: EnvParams
+    rewards: RewardParams
+
+    def section(self, name: str) -> Any:
+        return getattr(self, name)
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------
+
+
+def repo_root() -> Path:
+    """The project root: DVC_ROOT inside a DVC stage (also in queued/temp experiments,
+    which run in a throw-away copy), else the folder holding this package."""
+    env = os.environ.get("DVC_ROOT")
+    return Path(env).resolve() if env else Path(__file__).resolve().parent.parent
+
+
+def params_path() -> Path:
+    return Path(os.environ.get("SQLENV_PARAMS", Path.cwd() / "params.yaml"))
+
+
+def load_params(path: str | os.PathLike[str] | None = None) -> Params:
+    """Read and validate params.yaml (default: ./params.yaml, or $SQLENV_PARAMS)."""
+    p = Path(path) if path is not None else params_path()
+    if not p.is_file():
+        raise ParamsError(f"params file not found: {p}")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{p}: not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{p}: expected a mapping at the top level, got {type(raw).__name__}")
+    return _build(Params, raw, prefix="", source=str(p))
+
+
+def _build(cls: type, raw: Any, prefix: str, source: str) -> Any:
+    where = prefix.rstrip(".") or "<top level>"
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: '{where}' must be a mapping, got {raw!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in raw:
+        if key not in fields:
+            hint = difflib.get_close_matches(str(key), list(fields), n=1)
+            suffix = f" (did you mean '{prefix}{hint[0]}'?)" if hint else ""
+            raise ParamsError(f"{source}: unknown key '{prefix}{key}'{suffix}")
+    missing = [name for name in fields if name not in raw]
+    if missing:
+        raise ParamsError(f"{source}: missing key(s) {', '.join(prefix + m for m in missing)}")
+    values = {name: _coerce(hints[name], raw[name], f"{prefix}{name}", source) for name in fields}
+    return cls(**values)
+
+
+def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, prefix=key + ".", source=source)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ParamsError(f"{source}: '{key}' must be one of {list(choices)}, got {value!r}")
+        return value
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if value is None:
+            value = []
+        if not isinstance(value, list):
+            raise ParamsError(f"{source}: '{key}' must be a list, got {value!r}")
+        return [_coerce(item_tp, v, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, key, source)
+    # bool is a subclass of int: reject True for an int knob and 1 for a bool knob.
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ParamsError(f"{source}: '{key}' must be true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParamsError(f"{source}: '{key}' must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ParamsError(f"{source}: '{key}' must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ParamsError(f"{source}: '{key}' must be a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported schema type {tp!r} for {key}")  # a bug in the schema, not in params
+
+
+def section_dict(params: Params, *names: str) -> dict[str, Any]:
+    """The named sections as plain dicts (`seed` is a scalar section)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        value = params.section(name)
+        out[name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'data': {'seed': 1}} -> {'data.seed': 1}; lists become JSON text (for MLflow params)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        elif isinstance(v, list):
+            out[key] = json.dumps(v)
+        else:
+            out[key] = v
+    return out
+
+
+def params_hash(d: dict[str, Any]) -> str:
+    """Short stable hash of the params a stage read (order-independent)."""
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

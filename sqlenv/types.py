@@ -1,0 +1,144 @@
+"""Typed records shared across the domain library.
+
+These dataclasses are the vocabulary every other module speaks: a `Question` is one
+episode's task, a `QueryResult` is what the sandbox returns for one statement, a
+`Verdict` is what the verifier decides, a `StepResult` is what one tool call does to an
+episode, and an `EpisodeRecord` is a finished episode as evaluation and SFT data keep it.
+They are plain data (JSON-friendly through `to_dict`/`from_dict`); no behaviour lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HARDNESS_LEVELS: tuple[str, ...] = ("easy", "medium", "hard", "extra")
+TOOL_NAMES: tuple[str, ...] = ("describe", "sample", "query", "answer")
+
+
+@dataclass(frozen=True)
+class Question:
+    """One natural-language question over one SQLite database.
+
+    `gold_answer` is the canonical formatted gold result (see `verifier.format_answer`);
+    `ordered` records whether the gold SQL orders its result at top level, which decides
+    whether row order matters when judging. `tables` lists the tables the gold SQL reads.
+    """
+
+    id: str
+    db_id: str
+    question: str
+    gold_sql: str
+    gold_answer: str = ""
+    hardness: str = "easy"
+    tables: tuple[str, ...] = ()
+    ordered: bool = False
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["tables"] = list(self.tables)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Question":
+        known = {f.name for f in dataclasses.fields(cls)}
+        missing = {"id", "db_id", "question", "gold_sql"} - d.keys()
+        if missing:
+            raise ValueError(f"question record lacks required field(s) {sorted(missing)}: {d!r:.200}")
+        kwargs = {k: v for k, v in d.items() if k in known}
+        kwargs["tables"] = tuple(kwargs.get("tables") or ())
+        kwargs["id"] = str(kwargs["id"])
+        return cls(**kwargs)
+
+
+@dataclass
+class QueryResult:
+    """The outcome of running one SQL statement in the sandbox.
+
+    `rows` holds at most the sandbox's fetch cap; `truncated` says more rows existed.
+    `error` is SQLite's own message (or the sandbox's, e.g. for a timeout) when `ok` is False.
+    """
+
+    ok: bool
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    truncated: bool = False
+    timed_out: bool = False
+    error: str | None = None
+    elapsed_ms: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "columns": list(self.columns),
+            "rows": [list(r) for r in self.rows],
+            "truncated": self.truncated,
+            "timed_out": self.timed_out,
+            "error": self.error,
+            "elapsed_ms": round(self.elapsed_ms, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's decision on one submitted answer, with a short human-readable reason."""
+
+    correct: bool
+    reason: str
+
+
+@dataclass
+class StepResult:
+    """What one tool call did: the observation text the model sees, the reward components
+    earned by this call (name -> value), and whether the episode is over afterwards."""
+
+    observation: str
+    rewards: dict[str, float] = field(default_factory=dict)
+    done: bool = False
+
+    @property
+    def reward(self) -> float:
+        return float(sum(self.rewards.values()))
+
+
+@dataclass
+class EpisodeRecord:
+    """A finished (or abandoned) episode: the full chat transcript and its outcome.
+
+    `messages` are chat messages exactly as rendered for the model (system, user, assistant
+    with structured `tool_calls`, `role: "tool"` results). `reward_components` sums each
+    named reward over the episode; `reward` is their total.
+    """
+
+    question_id: str
+    db_id: str
+    hardness: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    answered: bool = False
+    correct: bool = False
+    verdict_reason: str = ""
+    answer: str | None = None
+    steps: int = 0
+    parse_failures: int = 0
+    calls_after_answer: int = 0
+    budget_exhausted: bool = False
+    reward: float = 0.0
+    reward_components: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpisodeRecord":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def db_file(db_dir: "str | os.PathLike[str]", db_id: str) -> Path:
+    """Where a database lives under a Spider-layout folder: `<db_dir>/<db_id>/<db_id>.sqlite`."""
+    return Path(db_dir) / db_id / f"{db_id}.sqlite"
