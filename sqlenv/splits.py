@@ -5,7 +5,8 @@ Python's salted `hash()`: reordering a questions file, adding a database, or run
 another machine leaves an existing question's assignment unchanged.
 
 - `by_database` (default): whole databases are held out, so evaluation measures transfer
-  to schemas the model never trained on (the point of making the agent read schemas).
+  to schemas the model never trained on (the point of making the agent read schemas);
+  `eval_fraction` is the share of *questions* held out, taken as whole databases.
 - `by_question`: questions are assigned individually (databases shared by both sides).
 
 `n200` is stratified by hardness with proportional (largest-remainder) allocation over the
@@ -56,11 +57,22 @@ def split_questions(
         raise ValueError(f"duplicate question id {dup!r}")
 
     if mode == "by_database":
-        dbs = sorted({q.db_id for q in questions}, key=lambda d: (stable_hash(seed, "db:" + d), d))
+        # Whole databases in stable-hash order go to evaluation until they hold at least
+        # eval_fraction of the questions *and* at least n200 of them (database sizes are
+        # skewed — in Spider one database can hold a fifth of the questions — so a share of
+        # databases would not control the pool size). At least one database stays in train.
+        per_db = Counter(q.db_id for q in questions)
+        dbs = sorted(per_db, key=lambda d: (stable_hash(seed, "db:" + d), d))
         if len(dbs) < 2:
             raise ValueError("by_database split needs at least 2 databases")
-        n_eval = min(len(dbs) - 1, max(1, round(eval_fraction * len(dbs))))
-        eval_dbs = set(dbs[:n_eval])
+        target = max(eval_fraction * len(questions), n200)
+        eval_dbs: set[str] = set()
+        held = 0
+        for db in dbs[:-1]:
+            if held >= target:
+                break
+            eval_dbs.add(db)
+            held += per_db[db]
         is_eval = lambda q: q.db_id in eval_dbs  # noqa: E731
     elif mode == "by_question":
         cut = int(eval_fraction * 2**64)

@@ -24,7 +24,7 @@ def test_by_database_is_disjoint_and_nested():
     qs = make_questions()
     s = split_questions(qs, seed=0, eval_fraction=0.25)
     assert set(s.train_databases).isdisjoint(s.eval_databases)
-    assert len(s.eval_databases) == 3
+    assert len(s.eval_databases) == 3  # 25 % of 960 questions = 240 >= n200: three databases of 80
     assert {q.id for q in s.n50} <= {q.id for q in s.n200} <= {q.id for q in s.eval_pool}
     assert len(s.n50) == 50 and len(s.n200) == 200
     assert len(s.train) + len(s.eval_pool) == len(qs)

@@ -1,0 +1,91 @@
+"""DVC stage `prepare`: build the question sets and databases every later stage reads.
+
+    python -m stages.prepare            (params: seed, data, world, env.sql_timeout_s)
+
+Outs: data/databases/<db>/<db>.sqlite, data/questions/{train,n50,n200}.jsonl,
+reports/prepare/metrics.json. Every question that reaches an out has been played by the
+oracle through the real environment and accepted by the verifier.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import mlflow
+import pandas as pd
+
+from pipeline import paths
+from pipeline.io import atomic_dir, atomic_write_json, atomic_write_jsonl
+from pipeline.params import load_params, section_dict
+from pipeline.stage import run_stage
+from pipeline.tracking import log_metrics, stage_run
+from sqlenv.questions import build_questions, questions_summary
+from sqlenv.splits import split_questions
+
+STAGE = "prepare"
+log = logging.getLogger(STAGE)
+
+
+def main() -> None:
+    params = load_params()
+    read = section_dict(params, "seed", "data", "world")
+    read["env"] = {"sql_timeout_s": params.env.sql_timeout_s}
+    with stage_run(STAGE, read):
+        with atomic_dir(paths.DATABASES) as db_tmp, atomic_dir(paths.QUESTIONS) as q_tmp:
+            built = build_questions(
+                db_tmp,
+                seed=params.seed,
+                source=params.data.source,
+                spider_dir=params.data.spider_dir,
+                spider_questions=params.data.spider_questions,
+                databases=params.data.databases,
+                difficulties=params.data.difficulties,
+                domains=params.world.domains,
+                databases_per_domain=params.world.databases_per_domain,
+                questions_per_db=params.world.questions_per_db,
+                sql_timeout_s=params.env.sql_timeout_s,
+            )
+            split = split_questions(
+                built.questions,
+                seed=params.seed,
+                mode=params.data.split,
+                eval_fraction=params.data.eval_fraction,
+                n50=params.data.n50,
+                n200=params.data.n200,
+            )
+            sets = {"train": split.train, "n50": split.n50, "n200": split.n200}
+            for name, qs in sets.items():
+                atomic_write_jsonl(q_tmp / f"{name}.jsonl", [q.to_dict() for q in qs])
+
+        metrics = {
+            "source": params.data.source,
+            "candidates": built.candidates,
+            "verified": len(built.questions),
+            "oracle_verification_rate": built.verification_rate,
+            "dropped": built.drop_counts,
+            "splits": {name: questions_summary(qs) for name, qs in sets.items()},
+            "eval_pool": questions_summary(split.eval_pool),
+            "databases": {"train": split.train_databases, "eval": split.eval_databases},
+        }
+        atomic_write_json(paths.metrics_file(STAGE), metrics)
+        log_metrics({k: metrics[k] for k in ("candidates", "verified", "oracle_verification_rate", "dropped", "splits")})
+        mlflow.log_dict(metrics, "metrics.json")
+        sample = [q.to_dict() for q in _sample_per_hardness(split.train + split.eval_pool, per_level=5)]
+        if sample:
+            mlflow.log_table(pd.DataFrame(sample).astype(str), artifact_file="questions_sample.json")
+        log.info(
+            "%d questions (%d candidates, verification rate %.4f): train %d, n50 %d, n200 %d",
+            len(built.questions), built.candidates, built.verification_rate,
+            len(split.train), len(split.n50), len(split.n200),
+        )
+
+
+def _sample_per_hardness(questions, per_level: int):
+    by_level: dict[str, list] = {}
+    for q in sorted(questions, key=lambda q: q.id):
+        by_level.setdefault(q.hardness, []).append(q)
+    return [q for level in sorted(by_level) for q in by_level[level][:per_level]]
+
+
+if __name__ == "__main__":
+    run_stage(STAGE, main)

@@ -1,0 +1,119 @@
+"""The `prepare` stage as DVC runs it: outputs, determinism by seed, and clean failures on bad input."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def small_params(**overrides):
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["world"].update(domains=["school", "retail", "airline", "hospital"], databases_per_domain=1, questions_per_db=40)
+    p["data"].update(n50=10, n200=30)
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".") if "." in dotted else (None, dotted)
+        (p[section] if section else p)[key] = value
+    return p
+
+
+def run_prepare(workdir: Path, params: dict, expect_ok=True):
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
+        "DVC_ROOT": str(workdir),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "stages.prepare"], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+    )
+    if expect_ok:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_synthetic_prepare_outputs_and_determinism(tmp_path):
+    run_prepare(tmp_path / "a", small_params())
+    a = tmp_path / "a"
+    for split in ("train", "n50", "n200"):
+        assert (a / "data/questions" / f"{split}.jsonl").is_file()
+    n50 = [json.loads(line) for line in (a / "data/questions/n50.jsonl").read_text().splitlines()]
+    n200 = [json.loads(line) for line in (a / "data/questions/n200.jsonl").read_text().splitlines()]
+    train = [json.loads(line) for line in (a / "data/questions/train.jsonl").read_text().splitlines()]
+    assert len(n50) == 10 and len(n200) == 30
+    assert {q["id"] for q in n50} <= {q["id"] for q in n200}
+    assert {q["db_id"] for q in train}.isdisjoint({q["db_id"] for q in n200})
+    for q in n50:
+        assert set(q) >= {"id", "db_id", "question", "gold_sql", "gold_answer", "hardness", "tables"}
+        assert (a / "data/databases" / q["db_id"] / f"{q['db_id']}.sqlite").is_file()
+    metrics = json.loads((a / "reports/prepare/metrics.json").read_text())
+    assert metrics["oracle_verification_rate"] == 1.0
+    assert metrics["splits"]["n200"]["n"] == 30
+
+    run_prepare(tmp_path / "b", small_params())
+    assert digest(a / "data") == digest(tmp_path / "b" / "data")  # same seed: byte-identical
+    run_prepare(tmp_path / "c", small_params(seed=1))
+    other = digest(tmp_path / "c" / "data/questions")
+    assert other != digest(a / "data/questions")
+
+
+def _assert_failed_cleanly(proc, workdir: Path, *needles):
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr[-2000:]
+    assert not (workdir / "data" / "questions").exists()
+    assert not (workdir / "data" / "databases").exists()
+    leftovers = [p.name for p in (workdir / "data").iterdir()] if (workdir / "data").exists() else []
+    assert leftovers == []
+
+
+def test_missing_spider_folder_fails_cleanly(tmp_path):
+    params = small_params(**{"data.source": "spider", "data.spider_dir": str(tmp_path / "nowhere")})
+    proc = run_prepare(tmp_path / "w", params, expect_ok=False)
+    _assert_failed_cleanly(proc, tmp_path / "w", "nowhere")
+
+
+def test_malformed_questions_file_fails_cleanly(tmp_path):
+    spider = tmp_path / "spider"
+    (spider / "database").mkdir(parents=True)
+    (spider / "tables.json").write_text("[]")
+    (spider / "dev.json").write_text('[{"db_id": "x", "question": "q"')  # truncated JSON
+    params = small_params(**{"data.source": "spider", "data.spider_dir": str(spider)})
+    proc = run_prepare(tmp_path / "w", params, expect_ok=False)
+    _assert_failed_cleanly(proc, tmp_path / "w", "dev.json")
+
+
+def test_missing_database_fails_cleanly(tmp_path):
+    spider = tmp_path / "spider"
+    (spider / "database").mkdir(parents=True)
+    (spider / "tables.json").write_text("[]")
+    (spider / "dev.json").write_text(json.dumps([{"db_id": "ghost", "question": "How many?", "query": "SELECT 1"}]))
+    params = small_params(**{"data.source": "spider", "data.spider_dir": str(spider), "data.databases": ["ghost"]})
+    proc = run_prepare(tmp_path / "w", params, expect_ok=False)
+    _assert_failed_cleanly(proc, tmp_path / "w", "ghost")
+
+
+@pytest.mark.parametrize("key, value, needle", [("data.sorce", "x", "data.sorce"), ("env.step_budget", "many", "env.step_budget")])
+def test_bad_params_fail_naming_the_key(tmp_path, key, value, needle):
+    params = small_params()
+    section, name = key.split(".")
+    params[section][name] = value
+    proc = run_prepare(tmp_path / "w", params, expect_ok=False)
+    _assert_failed_cleanly(proc, tmp_path / "w", needle)
