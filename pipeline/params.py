@@ -77,12 +77,91 @@ class EnvParams:
 
 
 @dataclass(frozen=True)
+class ModelParams:
+    base: str
+    dtype: Literal["bfloat16", "float32"]
+    enable_thinking: bool
+
+
+@dataclass(frozen=True)
+class SFTDataParams:
+    error_recovery_fraction: float
+    sample_fraction: float
+
+
+@dataclass(frozen=True)
+class SFTParams:
+    max_examples: int
+    epochs: int
+    learning_rate: float
+    batch_size: int
+    gradient_accumulation_steps: int
+    max_length: int
+    lora: bool
+    lora_r: int
+    lora_alpha: int
+    lora_dropout: float
+    logging_steps: int
+    post_check_episodes: int
+
+
+@dataclass(frozen=True)
+class GRPOParams:
+    beta: float
+    lora: bool
+    lora_r: int
+    lora_alpha: int
+    batch_size: int
+    gradient_accumulation_steps: int
+    top_p: float
+    logging_steps: int
+    checkpoint_every: int
+    transcripts_every: int
+    transcripts_per_log: int
+    format_reward: bool
+    few_shot_steps: int
+
+
+@dataclass(frozen=True)
+class GRPOPhaseParams:
+    difficulties: list[str]
+    max_steps: int
+    num_generations: int
+    learning_rate: float
+    temperature: float
+    max_completion_length: int
+
+
+@dataclass(frozen=True)
+class GRPOPhase2Params(GRPOPhaseParams):
+    beta: float
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    batch_size: int
+    max_new_tokens: int
+    max_total_tokens: int
+    do_sample: bool
+    temperature: float
+    top_p: float
+    few_shot_seed: int
+
+
+@dataclass(frozen=True)
 class Params:
     seed: int
     data: DataParams
     world: WorldParams
     env: EnvParams
     rewards: RewardParams
+    model: ModelParams
+    sft_data: SFTDataParams
+    sft: SFTParams
+    grpo: GRPOParams
+    grpo_phase1: GRPOPhaseParams
+    grpo_phase2: GRPOPhase2Params
+    evaluate: EvaluateParams
 
     def section(self, name: str) -> Any:
         return getattr(self, name)
