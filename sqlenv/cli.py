@@ -1,0 +1,282 @@
+"""`sqlenv` command line: run SQL in the sandbox, judge answers, validate data, play an episode.
+
+    sqlenv query    --db PATH --sql SQL [--timeout S]      one JSON object (exit 0 even if the SQL fails)
+    sqlenv judge    --db-dir DIR < lines.jsonl             one JSON verdict line per input line
+    sqlenv validate --data DIR | --questions F --db-dir D  oracle-play every question; JSON summary
+    sqlenv play     --data DIR --question N                a person plays one episode at the terminal
+
+Every subcommand goes through the same sandbox, verifier, environment and prompts as
+training and evaluation, so what it says is what a model would get. Exit codes: 0 ok,
+1 some input failed (a malformed judge line, a question that does not verify),
+2 unusable arguments (missing database or folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from sqlenv.types import Question
+
+EXIT_OK, EXIT_FAILURES, EXIT_USAGE = 0, 1, 2
+
+
+class _UsageError(Exception):
+    """A problem with the command's arguments (exit 2), reported on stderr."""
+
+
+def _print_json(obj: Any, out: TextIO) -> None:
+    out.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+
+
+# ------------------------------------------------------------------------------ query
+def _cmd_query(args: argparse.Namespace, out: TextIO) -> int:
+    from sqlenv.sandbox import Sandbox, SandboxError, SandboxLimits
+
+    if not Path(args.db).is_file():
+        raise _UsageError(f"no database file at {args.db}")
+    try:
+        with Sandbox(args.db, SandboxLimits(timeout_s=args.timeout)) as box:
+            result = box.execute(args.sql)
+    except SandboxError as exc:
+        raise _UsageError(str(exc)) from exc
+    _print_json(result.to_dict(), out)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ judge
+def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any) -> tuple[dict[str, Any], bool]:
+    """Judge one input line; returns (output record, whether the line was malformed)."""
+    from sqlenv.sandbox import Sandbox, SandboxError
+    from sqlenv.types import db_file
+    from sqlenv.verifier import format_answer, is_ordered, verify
+
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return {"id": None, "correct": False, "reason": f"malformed input: not JSON ({exc.msg})"}, True
+    if not isinstance(rec, dict):
+        return {"id": None, "correct": False, "reason": "malformed input: not a JSON object"}, True
+    rid = rec.get("id")
+    missing = [k for k in ("id", "db_id", "gold_sql") if not isinstance(rec.get(k), (str, int))]
+    has_answer, has_pred = "answer" in rec, "pred_sql" in rec
+    if missing or has_answer == has_pred:
+        need = f"missing {missing}" if missing else "exactly one of 'answer' or 'pred_sql' is required"
+        return {"id": rid, "correct": False, "reason": f"malformed input: {need}"}, True
+    db_id = str(rec["db_id"])
+    if db_id not in boxes:
+        path = db_file(db_dir, db_id)
+        try:
+            boxes[db_id] = Sandbox(path, limits) if path.is_file() else None
+        except SandboxError:
+            boxes[db_id] = None
+    box = boxes[db_id]
+    if box is None:
+        return {"id": rid, "correct": False, "reason": f"malformed input: no usable database {db_id!r} in {db_dir}"}, True
+    gold = box.execute(str(rec["gold_sql"]))
+    if not gold.ok:
+        return {"id": rid, "correct": False, "reason": f"gold SQL failed: {gold.error}"}, False
+    ordered = bool(rec["ordered"]) if "ordered" in rec else is_ordered(str(rec["gold_sql"]))
+    if has_pred:
+        pred = box.execute(str(rec["pred_sql"]))
+        if not pred.ok:
+            return {"id": rid, "correct": False, "reason": f"predicted SQL failed: {pred.error}"}, False
+        # Exactly what an agent that ran this SQL and answered with its result would get.
+        answer = format_answer(pred.columns, pred.rows)
+    else:
+        answer = rec["answer"] if isinstance(rec["answer"], str) else json.dumps(rec["answer"])
+    verdict = verify(answer, gold.rows, ordered)
+    return {"id": rid, "correct": verdict.correct, "reason": verdict.reason}, False
+
+
+def _cmd_judge(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
+    from sqlenv.sandbox import SandboxLimits
+
+    db_dir = Path(args.db_dir)
+    if not db_dir.is_dir():
+        raise _UsageError(f"no database folder at {db_dir}")
+    boxes: dict[str, Any] = {}
+    limits = SandboxLimits(timeout_s=args.timeout)
+    malformed = 0
+    try:
+        for line in inp:
+            if not line.strip():
+                continue
+            record, bad = _judge_line(line, db_dir, boxes, limits)
+            malformed += bad
+            _print_json(record, out)
+            out.flush()
+    finally:
+        for box in boxes.values():
+            if box is not None:
+                box.close()
+    return EXIT_FAILURES if malformed else EXIT_OK
+
+
+# ------------------------------------------------------------------- question loading
+def _load(args: argparse.Namespace) -> tuple[list[Question], list[tuple[str, str]], Path]:
+    """Questions (and loader drops) from a Spider folder or a questions JSONL + db folder."""
+    if args.data:
+        from sqlenv.spider import load_spider
+
+        data = Path(args.data)
+        if not data.is_dir():
+            raise _UsageError(f"no Spider folder at {data}")
+        db_dir = Path(args.db_dir) if args.db_dir else (data / "database" if (data / "database").is_dir() else data)
+        loaded = load_spider(data)
+        return list(loaded.questions), [(str(i), str(r)) for i, r in loaded.dropped], db_dir
+    if not args.questions or not args.db_dir:
+        raise _UsageError("give --data DIR (Spider layout), or --questions FILE.jsonl with --db-dir DIR")
+    path = Path(args.questions)
+    if not path.is_file():
+        raise _UsageError(f"no questions file at {path}")
+    with path.open(encoding="utf-8") as fh:
+        questions = [Question.from_dict(json.loads(line)) for line in fh if line.strip()]
+    return questions, [], Path(args.db_dir)
+
+
+def _add_source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="Spider-format folder (dev.json, tables.json, database/)")
+    p.add_argument("--questions", help="questions JSONL (one Question per line), instead of --data")
+    p.add_argument("--db-dir", help="databases in Spider layout <dir>/<db_id>/<db_id>.sqlite "
+                   "(default with --data: DATA/database)")
+
+
+# --------------------------------------------------------------------------- validate
+def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
+    from sqlenv.environment import EnvConfig, SQLEnv
+    from sqlenv.oracle import oracle_calls, play
+    from sqlenv.sandbox import SandboxError
+
+    questions, dropped, db_dir = _load(args)
+    failures = [{"id": qid, "reason": f"dropped by loader: {reason}"} for qid, reason in dropped]
+    env = SQLEnv(db_dir, EnvConfig(sql_timeout_s=args.timeout))
+    verified = 0
+    for q in questions:
+        try:
+            record = play(env, q, oracle_calls(q, env.sandbox_for(q.db_id), sample=args.sample))
+        except SandboxError as exc:
+            failures.append({"id": q.id, "reason": f"database unusable: {exc}"})
+            continue
+        if record.correct:
+            verified += 1
+        else:
+            failures.append({"id": q.id, "reason": record.verdict_reason or "not verified"})
+    n = len(questions) + len(dropped)
+    _print_json({"n": n, "verified": verified, "rate": round(verified / n, 4) if n else 0.0,
+                 "failures": failures}, out)
+    return EXIT_FAILURES if failures else EXIT_OK
+
+
+# ------------------------------------------------------------------------------- play
+def parse_command(line: str) -> tuple[str, Any] | None:
+    """A typed line as a tool call: `describe singer`, `query SELECT ...`, `answer 42`, or
+    JSON `{"name": ..., "arguments": {...}}`. None when the line is JSON that doesn't parse."""
+    from sqlenv.environment import TOOL_PARAMS
+
+    text = line.strip()
+    if text.startswith("{"):
+        try:
+            call = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(call, dict):
+            return None
+        return str(call.get("name", "")), call.get("arguments", {})
+    word, _, rest = text.partition(" ")
+    rest = rest.strip()
+    if word in TOOL_PARAMS and rest:
+        return word, {TOOL_PARAMS[word][0]: rest}
+    return word, {}
+
+
+def _cmd_play(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
+    from sqlenv import prompts
+    from sqlenv.environment import EnvConfig, SQLEnv
+
+    questions, _, db_dir = _load(args)
+    chosen = [q for q in questions if q.id == args.question]
+    if not chosen:
+        try:
+            chosen = [questions[int(args.question)]]
+        except (ValueError, IndexError):
+            raise _UsageError(f"no question {args.question!r} (give an id or an index below {len(questions)})")
+    question = chosen[0]
+    env = SQLEnv(db_dir, EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout))
+    env.reset(question)
+    system, user = prompts.initial_messages(question, env.tables)
+    out.write(f"=== system ===\n{system['content']}\n\n=== user ===\n{user['content']}\n")
+    out.write("(type: describe TABLE | sample TABLE | query SQL | answer VALUE | JSON {\"name\":..., "
+              "\"arguments\":{...}} | quit)\n")
+    interactive = inp.isatty()
+    while not env.done:
+        if interactive:
+            out.write("> ")
+        out.flush()
+        line = inp.readline()
+        if not line or line.strip() in ("quit", "exit"):
+            break
+        if not line.strip():
+            continue
+        call = parse_command(line)
+        if call is None:
+            out.write("(not a valid JSON call; nothing was sent)\n")
+            continue
+        result = env.step(*call)
+        out.write(f"=== tool: {call[0]} ===\n{result.observation}\n")
+    summary = env.summary()
+    summary["verdict_reason"] = env.verdict_reason
+    out.write("=== episode ===\n")
+    _print_json(summary, out)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------- main
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sqlenv", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("query", help="run one SQL statement in the sandbox; print a JSON result")
+    p.add_argument("--db", required=True, help="SQLite database file")
+    p.add_argument("--sql", required=True, help="the statement to run")
+    p.add_argument("--timeout", type=float, default=2.0, help="wall-clock limit in seconds (default 2)")
+
+    p = sub.add_parser("judge", help="judge answers or predicted SQL read as JSON lines on stdin",
+                       description="Input lines: {id, db_id, gold_sql, answer} or {id, db_id, gold_sql, pred_sql} "
+                       "(optional 'ordered'; default: whether gold_sql orders at top level). Output lines: "
+                       "{id, correct, reason}. Exit 1 if any input line was malformed.")
+    p.add_argument("--db-dir", required=True, help="databases in Spider layout <dir>/<db_id>/<db_id>.sqlite")
+    p.add_argument("--timeout", type=float, default=2.0, help="per-statement limit in seconds (default 2)")
+
+    p = sub.add_parser("validate", help="play the oracle episode of every question; exit 1 if any fails")
+    _add_source_args(p)
+    p.add_argument("--sample", action="store_true", help="let the oracle sample a table too")
+    p.add_argument("--timeout", type=float, default=2.0, help="per-statement limit in seconds (default 2)")
+
+    p = sub.add_parser("play", help="play one episode at the terminal, seeing what the model sees")
+    _add_source_args(p)
+    p.add_argument("--question", required=True, help="question id, or its index in the loaded list")
+    p.add_argument("--step-budget", type=int, default=15, help="tool calls allowed (default 15)")
+    p.add_argument("--timeout", type=float, default=2.0, help="per-statement limit in seconds (default 2)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """Entry point of the `sqlenv` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    inp, out = stdin or sys.stdin, stdout or sys.stdout
+    try:
+        if args.command == "query":
+            return _cmd_query(args, out)
+        if args.command == "judge":
+            return _cmd_judge(args, inp, out)
+        if args.command == "validate":
+            return _cmd_validate(args, out)
+        return _cmd_play(args, inp, out)
+    except _UsageError as exc:
+        print(f"sqlenv {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

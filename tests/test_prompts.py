@@ -1,0 +1,120 @@
+"""Guards what the model reads: prompt layout as TRL builds it, result/table rendering, tool-call messages."""
+
+import json
+from pathlib import Path
+
+import pytest
+import trl
+from transformers.utils.chat_template_utils import render_jinja_template
+
+from sqlenv import prompts
+from sqlenv.sandbox import ColumnInfo, ForeignKey, TableInfo
+from sqlenv.types import Question, QueryResult
+
+QWEN_TEMPLATE = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
+Q = Question(id="1", db_id="concert", question="  How many singers?  ", gold_sql="SELECT count(*) FROM singer")
+
+
+def test_system_prompt_names_tools_and_stopping_rule():
+    text = prompts.SYSTEM_PROMPT
+    for word in ("describe(table_name)", "sample(table_name)", "query(sql)", "answer(value)", "exactly once", "stop"):
+        assert word in text
+    assert "CREATE TABLE" not in text  # schemas are discovered, never listed
+
+
+def test_initial_messages_equal_trl_concatenation():
+    # TRL appends reset()'s return to the dataset's last user message with no separator.
+    tables = ["concert", "singer"]
+    system, user = prompts.initial_messages(Q, tables)
+    assert system == {"role": "system", "content": prompts.SYSTEM_PROMPT}
+    assert user["content"] == prompts.user_message(Q)["content"] + prompts.tables_observation(tables)
+    assert user["content"] == "How many singers?\n\nTables in the database: concert, singer."
+    assert prompts.tables_observation([]).endswith("(none).")
+
+
+def _result(columns, rows, **kw):
+    return QueryResult(ok=True, columns=columns, rows=rows, **kw)
+
+
+@pytest.mark.parametrize(
+    "result, max_rows, max_chars, expected",
+    [
+        (_result(["n"], [(3,)]), 50, 4000, "n\n3\n(1 row)"),
+        (_result(["a", "b"], [(1, "x"), (2, None)]), 50, 4000, "a | b\n1 | x\n2 | NULL\n(2 rows)"),
+        (_result(["name", "age"], []), 50, 4000, "name | age\n(0 rows)"),
+        (_result(["v"], [(1.5,), (2.0,), (0.1 + 0.2,)]), 50, 4000, "v\n1.5\n2.0\n0.3\n(3 rows)"),
+        (_result(["t"], [("two\nlines",)]), 50, 4000, "t\ntwo\\nlines\n(1 row)"),
+        (_result(["n"], [(i,) for i in range(5)]), 2, 4000, "n\n0\n1\n\u2026 3 more rows (5 rows in total)"),
+        (_result(["n"], [(i,) for i in range(3)], truncated=True), 50, 4000,
+         "n\n0\n1\n2\n\u2026 1+ more rows (more than 3 rows in total)"),
+        (_result(["s"], [("x" * 10,), ("y" * 10,), ("z" * 10,)]), 50, 25, "s\n" + "x" * 10 + "\n"
+         + "y" * 10 + "\n\u2026 1 more rows (3 rows in total)"),
+        (QueryResult(ok=False, error="no such column: nope"), 50, 4000, "Error: no such column: nope"),
+        (QueryResult(ok=False, timed_out=True, error="query timed out after 2.0 s"), 50, 4000,
+         "Error: query timed out after 2.0 s"),
+    ],
+)
+def test_render_result(result, max_rows, max_chars, expected):
+    assert prompts.render_result(result, max_rows, max_chars) == expected
+
+
+def test_render_result_cuts_a_single_huge_row_but_shows_it():
+    text = prompts.render_result(_result(["s"], [("x" * 10_000,)]), 50, 200)
+    lines = text.split("\n")
+    assert lines[0] == "s" and lines[1].endswith("\u2026") and len(text) < 300
+    assert lines[-1] == "(1 row)"
+
+
+def test_render_table_info():
+    info = TableInfo(
+        name="singer_in_concert",
+        columns=(ColumnInfo("concert_id", "INTEGER", True), ColumnInfo("singer_id", "", True),
+                 ColumnInfo("note", "TEXT", False)),
+        foreign_keys=(ForeignKey("concert_id", "concert", "concert_id"), ForeignKey("singer_id", "singer", "singer_id")),
+        row_count=1,
+    )
+    assert prompts.render_table_info(info) == (
+        "Table singer_in_concert (1 row)\nColumns:\n  concert_id INTEGER PRIMARY KEY\n"
+        "  singer_id (no type) PRIMARY KEY\n  note TEXT\nForeign keys:\n"
+        "  concert_id -> concert.concert_id\n  singer_id -> singer.singer_id"
+    )
+    bare = TableInfo(name="t", columns=(ColumnInfo("x", "INT", False),), foreign_keys=(), row_count=0)
+    assert prompts.render_table_info(bare) == "Table t (0 rows)\nColumns:\n  x INT"
+
+
+def test_assistant_tool_calls_use_json_string_arguments():
+    msg = prompts.assistant_tool_calls([("query", {"sql": "SELECT 'é'"}), ("describe", {"table_name": "t"})])
+    assert msg["role"] == "assistant" and msg["content"] == ""
+    calls = msg["tool_calls"]
+    assert [c["type"] for c in calls] == ["function", "function"]
+    assert calls[0]["function"] == {"name": "query", "arguments": '{"sql": "SELECT \'é\'"}'}
+    assert json.loads(calls[1]["function"]["arguments"]) == {"table_name": "t"}
+    assert prompts.assistant_tool_calls([("answer", '{"value": ')])["tool_calls"][0]["function"]["arguments"] == (
+        '{"value": '
+    )
+    assert prompts.tool_message("query", "n\n3") == {"role": "tool", "name": "query", "content": "n\n3"}
+    assert prompts.error("x") == "Error: x"
+
+
+def test_messages_for_template_decodes_arguments_without_touching_input():
+    stored = [prompts.assistant_tool_calls([("query", {"sql": "SELECT 1"}), ("answer", "{not json")])]
+    decoded = prompts.messages_for_template(stored)
+    assert decoded[0]["tool_calls"][0]["function"]["arguments"] == {"sql": "SELECT 1"}
+    assert decoded[0]["tool_calls"][1]["function"]["arguments"] == "{not json"  # left visible
+    assert isinstance(stored[0]["tool_calls"][0]["function"]["arguments"], str)
+
+
+def test_qwen_template_renders_tool_calls_as_the_model_emits_them():
+    # The model emits `"arguments": {...}`; rendering stored JSON strings directly would quote them.
+    messages = [
+        *prompts.initial_messages(Q, ["singer"]),
+        prompts.assistant_tool_calls([("query", {"sql": "SELECT count(*) FROM singer"})]),
+        prompts.tool_message("query", "count(*)\n5\n(1 row)"),
+        prompts.final_message(),
+    ]
+    raw, _ = render_jinja_template([messages], chat_template=QWEN_TEMPLATE)
+    good, _ = render_jinja_template([prompts.messages_for_template(messages)], chat_template=QWEN_TEMPLATE)
+    call = '<tool_call>\n{"name": "query", "arguments": {"sql": "SELECT count(*) FROM singer"}}\n</tool_call>'
+    assert call in good[0] and call not in raw[0]
+    assert "<|im_start|>user\n<tool_response>\ncount(*)\n5\n(1 row)\n</tool_response><|im_end|>" in good[0]
+    assert good[0].endswith(f"<|im_start|>assistant\n{prompts.FINAL_REPLY}<|im_end|>\n")
