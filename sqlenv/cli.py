@@ -118,8 +118,10 @@ def _cmd_judge(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
 
 
 # ------------------------------------------------------------------- question loading
-def _load(args: argparse.Namespace) -> tuple[list[Question], list[tuple[str, str]], Path]:
-    """Questions (and loader drops) from a Spider folder or a questions JSONL + db folder."""
+def _load(
+    args: argparse.Namespace, keep_nondeterministic: bool = False
+) -> tuple[list[Question], list[tuple[str, str]], list[tuple[str, str]], Path]:
+    """Questions, loader drops and loader flags from a Spider folder or a questions JSONL + db folder."""
     if args.data:
         from sqlenv.spider import load_spider
 
@@ -127,8 +129,8 @@ def _load(args: argparse.Namespace) -> tuple[list[Question], list[tuple[str, str
         if not data.is_dir():
             raise _UsageError(f"no Spider folder at {data}")
         db_dir = Path(args.db_dir) if args.db_dir else (data / "database" if (data / "database").is_dir() else data)
-        loaded = load_spider(data)
-        return list(loaded.questions), [(str(i), str(r)) for i, r in loaded.dropped], db_dir
+        loaded = load_spider(data, keep_nondeterministic=keep_nondeterministic)
+        return list(loaded.questions), list(loaded.dropped), list(loaded.flagged), db_dir
     if not args.questions or not args.db_dir:
         raise _UsageError("give --data DIR (Spider layout), or --questions FILE.jsonl with --db-dir DIR")
     path = Path(args.questions)
@@ -136,7 +138,7 @@ def _load(args: argparse.Namespace) -> tuple[list[Question], list[tuple[str, str
         raise _UsageError(f"no questions file at {path}")
     with path.open(encoding="utf-8") as fh:
         questions = [Question.from_dict(json.loads(line)) for line in fh if line.strip()]
-    return questions, [], Path(args.db_dir)
+    return questions, [], [], Path(args.db_dir)
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
@@ -152,7 +154,9 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     from sqlenv.oracle import oracle_calls, play
     from sqlenv.sandbox import SandboxError
 
-    questions, dropped, db_dir = _load(args)
+    # Ties under LIMIT are kept and flagged, not failed: the oracle plays them on this
+    # SQLite like any other question (the `prepare` stage still drops them from the sets).
+    questions, dropped, flagged, db_dir = _load(args, keep_nondeterministic=True)
     failures = [{"id": qid, "reason": f"dropped by loader: {reason}"} for qid, reason in dropped]
     env = SQLEnv(db_dir, EnvConfig(sql_timeout_s=args.timeout))
     verified = 0
@@ -168,7 +172,8 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
             failures.append({"id": q.id, "reason": record.verdict_reason or "not verified"})
     n = len(questions) + len(dropped)
     _print_json({"n": n, "verified": verified, "rate": round(verified / n, 4) if n else 0.0,
-                 "failures": failures}, out)
+                 "failures": failures,
+                 "warnings": [{"id": qid, "reason": reason} for qid, reason in flagged]}, out)
     return EXIT_FAILURES if failures else EXIT_OK
 
 
@@ -198,7 +203,7 @@ def _cmd_play(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
     from sqlenv import prompts
     from sqlenv.environment import EnvConfig, SQLEnv
 
-    questions, _, db_dir = _load(args)
+    questions, _, _, db_dir = _load(args)
     chosen = [q for q in questions if q.id == args.question]
     if not chosen:
         try:

@@ -53,6 +53,9 @@ class LoadResult:
 
     questions: list[Question] = field(default_factory=list)
     dropped: list[tuple[str, str]] = field(default_factory=list)
+    # Kept despite a nondeterministic gold result (only with keep_nondeterministic=True):
+    # (id, reason). Their gold answer is what *this* SQLite returns for the tie.
+    flagged: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def considered(self) -> int:
@@ -262,6 +265,7 @@ def load_spider(
     databases: Iterable[str] | None = None,
     difficulties: Iterable[str] | None = None,
     sandbox_limits: SandboxLimits | None = None,
+    keep_nondeterministic: bool = False,
 ) -> LoadResult:
     """Questions of `questions_file` whose gold answer the verifier can check.
 
@@ -273,6 +277,10 @@ def load_spider(
         difficulties: keep only these hardness levels (easy / medium / hard / extra).
             None or empty: every level.
         sandbox_limits: limits for running the gold SQL (default `SandboxLimits()`).
+        keep_nondeterministic: keep questions whose gold result depends on how SQLite breaks
+            a tie (listed in `flagged` instead of `dropped`). Right for checking the oracle
+            end to end (`sqlenv validate`); wrong for training or evaluation sets, where a
+            model answering the other tied row would be marked wrong.
 
     Returns:
         LoadResult with kept questions in file order and (id, reason) for dropped ones.
@@ -316,8 +324,10 @@ def load_spider(
             if box is None:
                 result.dropped.append((qid, unusable[db_id]))
                 continue
-            reason, kept = _judge(box, sql)
-            if reason:
+            reason, kept = _judge(box, sql, keep_nondeterministic)
+            if kept is not None and reason:
+                result.flagged.append((qid, reason))
+            elif reason:
                 result.dropped.append((qid, reason))
                 continue
             answer, ordered = kept
@@ -337,8 +347,11 @@ def load_spider(
     return result
 
 
-def _judge(box: Sandbox, sql: str) -> tuple[str | None, tuple[str, bool] | None]:
-    """(drop reason, None) or (None, (gold answer, ordered)) for one gold query."""
+def _judge(
+    box: Sandbox, sql: str, keep_nondeterministic: bool = False
+) -> tuple[str | None, tuple[str, bool] | None]:
+    """(drop reason, None), (None, (gold answer, ordered)), or — for a kept nondeterministic
+    question — (flag reason, (gold answer, ordered)) for one gold query."""
     res = box.execute(sql)
     if res.timed_out:
         return f"timeout: {res.error}", None
@@ -347,11 +360,11 @@ def _judge(box: Sandbox, sql: str) -> tuple[str | None, tuple[str, bool] | None]
     if res.truncated:
         return f"too_many_rows: more than {box.limits.max_fetch_rows} rows", None
     tie = _tie_reason(box, sqlglot.parse_one(sql, read="sqlite"))  # parses: hardness() did
-    if tie:
+    if tie and not keep_nondeterministic:
         return f"nondeterministic: {tie}", None
     ordered = verifier.is_ordered(sql)
     answer = verifier.format_answer(res.columns, res.rows)
     verdict = verifier.verify(answer, res.rows, ordered)
     if not verdict.correct:
         return f"not_round_trip: {verdict.reason}", None
-    return None, (answer, ordered)
+    return (f"nondeterministic: {tie}" if tie else None), (answer, ordered)

@@ -99,7 +99,7 @@ def _questions_file(tmp_path, questions):
 def test_validate_questions_file(concert_db_dir, tmp_path):
     path = _questions_file(tmp_path, QUESTIONS)
     code, out = run(["validate", "--questions", str(path), "--db-dir", str(concert_db_dir)])
-    assert code == 0 and json.loads(out) == {"n": 3, "verified": 3, "rate": 1.0, "failures": []}
+    assert code == 0 and json.loads(out) == {"n": 3, "verified": 3, "rate": 1.0, "failures": [], "warnings": []}
 
 
 def test_validate_reports_failures(concert_db_dir, tmp_path):
@@ -166,11 +166,13 @@ def test_play_spider_subprocess(spider_dir):
 
 
 def test_validate_spider(spider_dir):
-    # Every question the loader keeps must verify; the loader's own drops (gold answers that
-    # depend on how SQLite breaks ties under LIMIT) are reported as failures with their reason.
+    # The oracle must verify >= 99 % of the 603 questions. Gold answers that depend on how
+    # SQLite breaks ties under LIMIT are played like the rest and listed as warnings.
     code, out = run(["validate", "--data", str(spider_dir)])
     summary = json.loads(out)
     assert summary["n"] == 603
-    assert all(f["reason"].startswith("dropped by loader: ") for f in summary["failures"]), summary["failures"][:3]
-    assert summary["verified"] == summary["n"] - len(summary["failures"]) >= 570
+    assert summary["verified"] / summary["n"] >= 0.99
+    assert all(f["reason"] for f in summary["failures"])
+    assert all(w["reason"].startswith("nondeterministic: ") for w in summary["warnings"])
+    assert summary["warnings"], "the 12-database slice has known ties under LIMIT"
     assert code == (1 if summary["failures"] else 0)

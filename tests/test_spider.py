@@ -250,3 +250,14 @@ def test_real_spider_is_deterministic_and_filters(spider_dev):
     expected = [q for q in spider_dev.questions
                 if q.db_id in ("concert_singer", "pets_1") and q.hardness in ("hard", "extra")]
     assert again.questions == expected and expected
+
+
+def test_keep_nondeterministic_flags_instead_of_dropping(tiny):
+    """`sqlenv validate` keeps ties under LIMIT (flagged); the prepare stage drops them."""
+    dropped = load_spider(tiny)
+    kept = load_spider(tiny, keep_nondeterministic=True)
+    tie_ids = {qid for qid, reason in dropped.dropped if reason.startswith("nondeterministic")}
+    assert tie_ids
+    assert {qid for qid, _ in kept.flagged} == tie_ids
+    assert tie_ids <= {q.id for q in kept.questions}
+    assert len(kept.dropped) == len(dropped.dropped) - len(tie_ids)
