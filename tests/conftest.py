@@ -1,0 +1,97 @@
+"""Shared pytest fixtures: small SQLite databases built fresh in each test's temporary folder."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+# ----------------------------------------------------------------------------- shop database
+# A small shop in Spider layout (<dir>/shop/shop.sqlite) with the schema shapes the sandbox
+# must describe: a composite primary key, foreign keys with and without explicit columns, a
+# composite foreign key, a table name that needs quoting, an AUTOINCREMENT table (so the
+# internal sqlite_sequence table exists), an index, a BLOB column, NULLs and non-ASCII text.
+
+SHOP_CUSTOMERS = [
+    (1, "Ada Lovelace", "London"),
+    (2, "Grace Hopper", "New York"),
+    (3, "Alan Turing", "London"),
+    (4, "Émile Zola", None),
+]
+SHOP_PRODUCTS = [
+    (1, "Notebook", 2.5, b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0d"),
+    (2, "Pen", 1.25, None),
+    (3, "Lamp", 19.99, None),
+]
+SHOP_ORDERS = [(1, 1, "2024-01-03"), (2, 1, "2024-02-11"), (3, 2, "2024-02-12"), (4, 3, "2024-03-01")]
+SHOP_ORDER_ITEMS = [(1, 1, 2), (1, 2, 10), (2, 3, 1), (3, 1, 1), (3, 2, 3), (4, 3, 2)]
+
+
+def build_shop_db(path: Path) -> Path:
+    """Write the shop database at `path` (parents created); returns `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        CREATE TABLE customers (
+            customer_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            name TEXT NOT NULL,
+            city TEXT
+        );
+        CREATE TABLE products (product_id INTEGER PRIMARY KEY, title TEXT, price REAL, photo BLOB);
+        CREATE TABLE orders (
+            order_id INTEGER PRIMARY KEY,
+            customer_id INTEGER REFERENCES customers(customer_id),
+            placed_on TEXT
+        );
+        CREATE TABLE "Order Items" (
+            order_id INTEGER REFERENCES orders,
+            product_id INTEGER REFERENCES products(product_id),
+            quantity INTEGER,
+            PRIMARY KEY (order_id, product_id)
+        );
+        CREATE TABLE shipments (
+            shipment_id INTEGER PRIMARY KEY,
+            order_id INTEGER,
+            product_id INTEGER,
+            FOREIGN KEY (order_id, product_id) REFERENCES "Order Items"(order_id, product_id)
+        );
+        CREATE INDEX orders_by_customer ON orders(customer_id);
+        """
+    )
+    con.executemany("INSERT INTO customers VALUES (?, ?, ?)", SHOP_CUSTOMERS)
+    con.executemany("INSERT INTO products VALUES (?, ?, ?, ?)", SHOP_PRODUCTS)
+    con.executemany("INSERT INTO orders VALUES (?, ?, ?)", SHOP_ORDERS)
+    con.executemany('INSERT INTO "Order Items" VALUES (?, ?, ?)', SHOP_ORDER_ITEMS)
+    con.execute("INSERT INTO shipments VALUES (1, 1, 2)")
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.fixture
+def shop_db(tmp_path: Path) -> Path:
+    """A fresh shop database file, alone in its own folder (tmp/shop/shop.sqlite)."""
+    return build_shop_db(tmp_path / "shop" / "shop.sqlite")
+
+
+# -------------------------------------------------------------------------- numbers database
+def build_numbers_db(path: Path, n: int = 1000) -> Path:
+    """A one-table database `numbers(n INTEGER PRIMARY KEY, label TEXT)` with rows 1..n, for
+    cross-join and large-result tests; also a `bad_text` table holding invalid UTF-8."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE numbers (n INTEGER PRIMARY KEY, label TEXT)")
+    con.executemany("INSERT INTO numbers VALUES (?, ?)", [(i, f"label {i}") for i in range(1, n + 1)])
+    con.execute("CREATE TABLE bad_text (t TEXT)")
+    con.execute("INSERT INTO bad_text VALUES (CAST(x'41ff42' AS TEXT))")
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.fixture
+def numbers_db(tmp_path: Path) -> Path:
+    """A fresh numbers database (1000 rows), alone in its own folder."""
+    return build_numbers_db(tmp_path / "numbers" / "numbers.sqlite")
