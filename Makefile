@@ -25,8 +25,9 @@ $(VENV)/.model: $(VENV)/.deps
 
 install: $(VENV)/.deps
 
+# SQLENV_PIPELINE_RUN groups this execution's stage runs under one MLflow parent run.
 run: $(VENV)/.model
-	dvc repro
+	SQLENV_PIPELINE_RUN=$$(date +%Y%m%d-%H%M%S) dvc repro
 
 test: $(VENV)/.deps
 	pytest -q

@@ -8,11 +8,21 @@ at the real workspace. Artifacts go to `mlartifacts/` beside the store for the s
 
 Tags on every run: `stage`, `git_commit` (+ `git_dirty`), `dvc_exp_name`,
 `dvc_exp_baseline_rev`, `params_hash` (of exactly the params the stage read).
+
+Grouping: the stage runs of one pipeline execution are nested under one parent run, so the
+MLflow UI lists an experiment's stages together and its compare view lines two experiments
+up. The parent is keyed by the DVC experiment name (`DVC_EXP_NAME`, set by `dvc exp run`),
+else by `SQLENV_PIPELINE_RUN` (set by `make run`), else by a hash of params.yaml (a plain
+`dvc repro` in the workspace: repros with the same params share a parent). It is created by
+the first stage that actually runs — stages DVC skips as cached create nothing — and carries
+params.yaml and dvc.lock as artifacts (re-logged by each stage, so it holds the lock as of
+the last stage that started).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import subprocess
 from collections.abc import Iterator
@@ -62,6 +72,40 @@ def _experiment_id() -> str:
         return mlflow.get_experiment_by_name(EXPERIMENT_NAME).experiment_id
 
 
+def pipeline_key() -> tuple[str, str]:
+    """(grouping key, parent run name) of the current pipeline execution."""
+    exp = os.environ.get("DVC_EXP_NAME")
+    if exp:
+        return f"exp:{exp}", exp
+    run = os.environ.get("SQLENV_PIPELINE_RUN")
+    if run:
+        return f"run:{run}", f"pipeline-{run}"
+    params = repo_root() / "params.yaml"
+    digest = hashlib.sha256(params.read_bytes()).hexdigest()[:10] if params.is_file() else "noparams"
+    return f"workspace:{digest}", f"workspace-{digest}"
+
+
+def _parent_run_id(experiment_id: str) -> str:
+    key, name = pipeline_key()
+    client = mlflow.MlflowClient()
+    found = client.search_runs(
+        [experiment_id], filter_string=f"tags.sqlenv_pipeline = '{key}'", max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
+    if found:
+        run_id = found[0].info.run_id
+    else:
+        sha, _ = git_commit()
+        tags = {"sqlenv_pipeline": key, "git_commit": sha, "dvc_exp_name": os.environ.get("DVC_EXP_NAME", "")}
+        run_id = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+    root = repo_root()
+    for name in ("params.yaml", "dvc.lock"):
+        if (root / name).is_file():
+            client.log_artifact(run_id, str(root / name))
+    client.set_terminated(run_id)
+    return run_id
+
+
 def run_tags(stage: str, params: dict[str, Any]) -> dict[str, str]:
     sha, dirty = git_commit()
     return {
@@ -84,7 +128,10 @@ def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -
     mlflow.set_tracking_uri(tracking_uri())
     experiment_id = _experiment_id()
     tags = run_tags(stage, params)
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
+    parent = _parent_run_id(experiment_id)
+    with mlflow.start_run(
+        experiment_id=experiment_id, run_name=run_name or stage, tags=tags, parent_run_id=parent
+    ) as run:
         mlflow.log_params(flatten(params))
         previous = os.environ.get("MLFLOW_RUN_ID")
         os.environ["MLFLOW_RUN_ID"] = run.info.run_id

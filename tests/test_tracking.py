@@ -1,0 +1,61 @@
+"""MLflow tracking: one run per stage, tagged, nested under one parent per pipeline execution."""
+
+import mlflow
+import pytest
+
+from pipeline import tracking
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    (tmp_path / "params.yaml").write_text("seed: 0\n")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
+    for var in ("DVC_EXP_NAME", "SQLENV_PIPELINE_RUN", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def _runs():
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(tracking.EXPERIMENT_NAME)
+    return client.search_runs([exp.experiment_id])
+
+
+def test_stage_runs_nest_under_one_parent_per_experiment(store, monkeypatch):
+    monkeypatch.setenv("DVC_EXP_NAME", "exp-a")
+    with tracking.stage_run("prepare", {"seed": 0}) as run:
+        assert mlflow.active_run().info.run_id == run.info.run_id
+        import os
+
+        assert os.environ["MLFLOW_RUN_ID"] == run.info.run_id
+    with tracking.stage_run("sft", {"sft": {"epochs": 1}}):
+        tracking.log_metrics({"loss": {"final": 0.5}, "note": "text is skipped"})
+    monkeypatch.setenv("DVC_EXP_NAME", "exp-b")
+    with tracking.stage_run("prepare", {"seed": 1}):
+        pass
+
+    runs = _runs()
+    parents = {r.info.run_id: r for r in runs if "sqlenv_pipeline" in r.data.tags}
+    stages = [r for r in runs if "stage" in r.data.tags]
+    assert {p.info.run_name for p in parents.values()} == {"exp-a", "exp-b"}
+    assert len(stages) == 3
+    by_parent = {}
+    for r in stages:
+        by_parent.setdefault(parents[r.data.tags["mlflow.parentRunId"]].info.run_name, []).append(r.data.tags["stage"])
+    assert sorted(by_parent["exp-a"]) == ["prepare", "sft"] and by_parent["exp-b"] == ["prepare"]
+    sft = next(r for r in stages if r.data.tags["stage"] == "sft")
+    assert sft.data.metrics["loss/final"] == 0.5 and sft.data.params["sft.epochs"] == "1"
+    for tag in ("git_commit", "params_hash", "dvc_exp_name", "dvc_exp_baseline_rev"):
+        assert tag in sft.data.tags
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(next(iter(parents)))}
+    assert artifacts == {"params.yaml", "dvc.lock"}
+
+
+def test_failed_stage_run_is_marked_failed(store):
+    with pytest.raises(RuntimeError):
+        with tracking.stage_run("prepare", {"seed": 0}):
+            raise RuntimeError("boom")
+    (stage,) = [r for r in _runs() if "stage" in r.data.tags]
+    assert stage.info.status == "FAILED"
