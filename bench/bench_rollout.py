@@ -1,0 +1,150 @@
+"""Episode throughput of the runner: batched (rolling pool, KV caches) against one episode at a time.
+
+Both sides are the same `sqlenv.rollout.run_episodes` on the same model, questions and settings, with
+greedy decoding; only `batch_size` differs (1 for the baseline). The ratio of episodes/s is the number
+to watch (target >= 4x at N=50 with the 0.5B model on the 2-core CPU); absolute figures depend on the
+machine's load, which is recorded. Verdict agreement between the two runs is reported too (bf16 numerics
+may differ a little between batch shapes; fp32 tests demand identical tokens).
+
+Defaults: the model is models/base if present, else the tiny random test model; the questions are
+data/questions/n50.jsonl (databases in data/databases) if present, else the Spider dev questions the
+loader keeps (/work/shared/spider, overridable with SQLENV_SPIDER_DIR), else the test fixture database.
+
+    .venv/bin/python bench/bench_rollout.py --n 8 --max-new-tokens 48 --max-turns 4 --out reports/bench/rollout.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
+    sys.path.insert(0, str(REPO))
+
+from sqlenv.environment import EnvConfig  # noqa: E402
+from sqlenv.types import Question  # noqa: E402
+
+DEFAULT_SPIDER = Path(os.environ.get("SQLENV_SPIDER_DIR", REPO.parent / "shared" / "spider"))
+
+
+def load_questions(n: int) -> tuple[list[Question], Path, str]:
+    """The first n questions of the default source (see the module docstring), their db_dir and a label."""
+    n50 = REPO / "data" / "questions" / "n50.jsonl"
+    if n50.is_file():
+        lines = [line for line in n50.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [Question.from_dict(json.loads(line)) for line in lines][:n], REPO / "data" / "databases", str(n50)
+    if (DEFAULT_SPIDER / "dev.json").is_file():
+        from sqlenv.spider import load_spider
+
+        loaded = load_spider(DEFAULT_SPIDER)
+        return loaded.questions[:n], DEFAULT_SPIDER / "database", f"spider:{DEFAULT_SPIDER}"
+    sys.path.insert(0, str(REPO / "tests"))
+    from fixtures_env import QUESTIONS, make_concert_db
+
+    db_dir = Path(tempfile.mkdtemp(prefix="bench-rollout-db-"))
+    make_concert_db(db_dir)
+    return (list(QUESTIONS) * n)[:n], db_dir, "fixture:concert"
+
+
+def load_model(spec: str | None, dtype: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec is None:
+        base = REPO / "models" / "base"
+        if (base / "config.json").is_file():
+            spec = str(base)
+        else:
+            from sqlenv.tiny_model import build_tiny_model
+
+            spec = str(build_tiny_model(Path(tempfile.gettempdir()) / "sqlenv-bench-tiny"))
+    model = AutoModelForCausalLM.from_pretrained(spec, dtype=getattr(torch, dtype))
+    return model, AutoTokenizer.from_pretrained(spec), spec
+
+
+def timed_run(model, tokenizer, questions, batch_size: int, **kwargs) -> tuple[list, float]:
+    from sqlenv.rollout import run_episodes
+
+    start = time.perf_counter()
+    records = run_episodes(model, tokenizer, questions, batch_size=batch_size, progress=False, **kwargs)
+    return records, time.perf_counter() - start
+
+
+def summary(records, seconds: float) -> dict:
+    tokens = sum(r.tokens for r in records)
+    return {
+        "seconds": round(seconds, 2),
+        "episodes_per_s": len(records) / seconds,
+        "generated_tokens": tokens,
+        "generated_tokens_per_s": tokens / seconds,
+        "accuracy": sum(r.correct for r in records) / len(records),
+        "parse_failures_mean": sum(r.parse_failures for r in records) / len(records),
+        "steps_mean": sum(r.steps for r in records) / len(records),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="HF model folder (default: models/base, else the tiny model)")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--n", type=int, default=50, help="episodes per side")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="per turn")
+    parser.add_argument("--max-turns", type=int, default=None, help="default: the env step budget")
+    parser.add_argument("--max-total-tokens", type=int, default=4096)
+    parser.add_argument("--uncached", action="store_true", help="also time batched without KV-cache reuse")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    questions, db_dir, source = load_questions(args.n)
+    model, tokenizer, spec = load_model(args.model, args.dtype)
+    common = dict(
+        db_dir=db_dir,
+        env_config=EnvConfig(),
+        max_turns=args.max_turns,
+        max_new_tokens_per_turn=args.max_new_tokens,
+        max_total_tokens=args.max_total_tokens,
+    )
+    load_before = os.getloadavg()
+    timed_run(model, tokenizer, questions[:1], 1, **{**common, "max_turns": 1})  # warm-up: first-call costs
+    sequential, t_seq = timed_run(model, tokenizer, questions, 1, **common)
+    batched, t_bat = timed_run(model, tokenizer, questions, args.batch_size, **common)
+    result = {
+        "model": spec,
+        "dtype": args.dtype,
+        "questions": source,
+        "n": len(questions),
+        "batch_size": args.batch_size,
+        "max_new_tokens_per_turn": args.max_new_tokens,
+        "max_turns": args.max_turns,
+        "torch_threads": torch.get_num_threads(),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "sequential": summary(sequential, t_seq),
+        "batched": summary(batched, t_bat),
+        "verdict_agreement": sum(a.correct == b.correct for a, b in zip(sequential, batched)) / len(questions),
+        "transcript_agreement": sum(a.messages == b.messages for a, b in zip(sequential, batched)) / len(questions),
+    }
+    result["ratio"] = result["batched"]["episodes_per_s"] / result["sequential"]["episodes_per_s"]
+    if args.uncached:
+        uncached, t_unc = timed_run(model, tokenizer, questions, args.batch_size, reuse_cache=False, **common)
+        result["batched_uncached"] = summary(uncached, t_unc)
+        result["cache_ratio"] = result["batched"]["episodes_per_s"] / result["batched_uncached"]["episodes_per_s"]
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n", encoding="utf-8")
+    return result
+
+
+if __name__ == "__main__":
+    main()

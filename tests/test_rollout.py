@@ -1,0 +1,312 @@
+"""Guards the episode runner: token-for-token parity with TRL 1.16 GRPO rollouts, batching, caching, counting."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixtures_env import Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
+from sqlenv import prompts
+from sqlenv.environment import EnvConfig, SQLEnv
+from sqlenv.oracle import oracle_calls, play
+from sqlenv.rollout import (
+    NO_TOOL_CALL,
+    Episode,
+    GenerationSettings,
+    ModelGenerator,
+    environment_tools,
+    generation_eos_ids,
+    play_episodes,
+    prompt_token_ids,
+    rollout_chat_template,
+    run_episodes,
+    tool_suffix_ids,
+)
+from sqlenv.tiny_model import build_tiny_model
+from sqlenv.trl_adapter import SQLAgentEnv
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny32", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def chaotic_model(tiny_dir):
+    """The tiny model in fp32 with its weights scaled up: greedy output then depends on every context
+    token (the plain random model repeats one token forever), so any padding or cache mistake shows."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0)
+    return model.eval()
+
+
+def call_text(name: str, arguments) -> str:
+    """A tool call as the model emits it (the template's own `tojson` spelling)."""
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments, ensure_ascii=False)}}}\n</tool_call>'
+
+
+def turn_text(*calls, content: str = "") -> str:
+    body = "\n".join(call_text(n, a) for n, a in calls)
+    return (f"{content}\n{body}" if content and body else content or body) + "<|im_end|>"
+
+
+class ScriptedGenerator:
+    """A TurnGenerator that replays fixed completion texts per episode and records every context."""
+
+    def __init__(self, tokenizer, scripts: dict[int, list[str]]):
+        self.tokenizer, self.scripts = tokenizer, {k: list(v) for k, v in scripts.items()}
+        self.contexts: dict[int, list[list[int]]] = {k: [] for k in scripts}
+        self.completions: dict[int, list[list[int]]] = {k: [] for k in scripts}
+        self.batches: list[int] = []
+
+    def start(self, key, context):
+        assert not self.contexts[key]
+
+    def generate(self, keys, contexts, budgets):
+        self.batches.append(len(keys))
+        out = []
+        for key, context, budget in zip(keys, contexts, budgets):
+            ids = self.tokenizer(self.scripts[key].pop(0), add_special_tokens=False)["input_ids"][:budget]
+            self.contexts[key].append(list(context))
+            self.completions[key].append(ids)
+            out.append(ids)
+        return out
+
+    def finish(self, key):
+        pass
+
+
+def oracle_script(question, db_dir) -> tuple[list, list[str]]:
+    calls = oracle_calls(question, SQLEnv(db_dir).sandbox_for(question.db_id))
+    return calls, [turn_text(call) for call in calls] + [prompts.FINAL_REPLY + "<|im_end|>"]
+
+
+# ----------------------------------------------------------------------------------- render parity
+def test_scripted_episode_renders_exactly_like_the_chat_template(tokenizer, concert_db_dir):
+    """(a) the runner's incremental ids == (b) apply_chat_template of the full transcript, minus the
+    template's newline after the final <|im_end|> (generation stops at <|im_end|>; that is the one,
+    intended difference). Every intermediate context equals the template render with a generation prompt.
+    One turn makes two calls, to cover several tool results in one user turn."""
+    calls, _ = oracle_script(Q_JOIN, concert_db_dir)
+    describes = [c for c in calls if c[0] == "describe"]
+    script = [turn_text(*describes[:2], content="Two tables first."), *[turn_text(c) for c in calls[2:]]]
+    script.append(prompts.FINAL_REPLY + "<|im_end|>")
+    gen = ScriptedGenerator(tokenizer, {0: script})
+    (record,) = play_episodes(gen, tokenizer, [Q_JOIN], db_dir=concert_db_dir, progress=False)
+    assert record.correct and record.answered and record.parse_failures == 0
+
+    tools = environment_tools(SQLAgentEnv())
+    full = list(gen.contexts[0][-1]) + gen.completions[0][-1]
+    rendered = tokenizer.apply_chat_template(
+        prompts.messages_for_template(record.messages), tools=tools, tokenize=True, return_dict=False
+    )
+    assert full == rendered[:-1]
+    assert tokenizer.decode(rendered[-1:]) == "\n" and tokenizer.decode(full[-1:]) == "<|im_end|>"
+
+    assistant_at = [i for i, m in enumerate(record.messages) if m["role"] == "assistant"]
+    assert len(assistant_at) == len(gen.contexts[0]) == len(script)
+    for turn, at in enumerate(assistant_at):
+        expected = tokenizer.apply_chat_template(
+            prompts.messages_for_template(record.messages[:at]),
+            tools=tools,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        assert gen.contexts[0][turn] == expected, f"context before turn {turn} differs"
+
+
+def test_runner_transcript_equals_the_oracle_player(tokenizer, concert_db_dir):
+    """One call per turn: the runner's record is the oracle player's record (the SFT data format)."""
+    for question in QUESTIONS:
+        calls, script = oracle_script(question, concert_db_dir)
+        (record,) = play_episodes(
+            ScriptedGenerator(tokenizer, {0: script}), tokenizer, [question], db_dir=concert_db_dir, progress=False
+        )
+        expected = play(SQLEnv(concert_db_dir), question, calls)
+        assert record.messages == expected.messages
+        for name in ("answered", "correct", "verdict_reason", "answer", "steps", "parse_failures",
+                     "calls_after_answer", "budget_exhausted", "reward", "reward_components"):
+            assert getattr(record, name) == getattr(expected, name), name
+        assert record.tokens == sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in script)
+
+
+def _fake_trainer(tokenizer, env, max_completion_length, scripted_turns):
+    """Just enough of a GRPOTrainer for its own `_tokenize_prompts`, `_get_tool_suffix_ids` and
+    `_tool_call_loop` to run: one environment, one rollout, generations replayed from a script."""
+    from trl import GRPOTrainer
+
+    tools = environment_tools(env)
+    fake = types.SimpleNamespace(
+        processing_class=tokenizer,
+        _tokenizer=tokenizer,
+        _is_vlm=False,
+        chat_template=rollout_chat_template(tokenizer),
+        chat_template_kwargs={},
+        environment_factories={None: SQLAgentEnv},
+        _batch_environments=[None],
+        _env_tools={None: tools},
+        tools=tools,
+        _sync_tool_dicts=[{t.__name__: t for t in tools}],
+        _async_tool_dicts=[{}],
+        max_tool_calling_iterations=10**6,
+        max_completion_length=max_completion_length,
+        use_vllm=False,
+        model=types.SimpleNamespace(config=types.SimpleNamespace(max_position_embeddings=32768)),
+    )
+
+    def generate_single_turn(ids, images, multimodal, num_generations=1, has_tool_images=False):
+        return [tokenizer(scripted_turns.pop(0), add_special_tokens=False)["input_ids"] for _ in ids], None
+
+    fake._generate_single_turn = generate_single_turn
+    for name in ("_tokenize_prompts", "_get_tool_suffix_ids", "_tool_call_loop"):
+        setattr(fake, name, types.MethodType(getattr(GRPOTrainer, name), fake))
+    return fake
+
+
+def test_tokens_and_messages_match_trl_grpo_tool_loop(tokenizer, concert_db_dir):
+    """The same scripted completions through TRL's own GRPOTrainer code (prompt tokenisation, tool loop,
+    suffix ids, parsing) and through the runner give the same token ids and the same tool results."""
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    add_response_schema(tokenizer)
+    calls, script = oracle_script(Q_FRANCE, concert_db_dir)
+    script[0] = turn_text(calls[0], content="Let me look at the table.")
+
+    env = SQLAgentEnv(db_dir=concert_db_dir)
+    prompt = [{"role": "system", "content": prompts.SYSTEM_PROMPT}, prompts.user_message(Q_FRANCE)]
+    prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + env.reset(**Q_FRANCE.to_dict())}
+    fake = _fake_trainer(tokenizer, env, 4096, list(script[1:]))
+    prompt_ids, _, _ = fake._tokenize_prompts([prompt])
+    first = tokenizer(script[0], add_special_tokens=False)["input_ids"]
+    completions = [[parse_response(tokenizer, first, prefix=prompt_ids[0], tools=fake.tools)]]
+    _, trl_messages, trl_completion_ids, *_ = fake._tool_call_loop(
+        [list(prompt)], prompt_ids, [first], completions, None, None, {}
+    )
+
+    gen = ScriptedGenerator(tokenizer, {0: script})
+    (record,) = play_episodes(gen, tokenizer, [Q_FRANCE], db_dir=concert_db_dir, progress=False)
+    ours = gen.contexts[0][-1] + gen.completions[0][-1]
+    assert ours == list(prompt_ids[0]) + trl_completion_ids[0]
+    ours_tools = [(m["name"], m["content"]) for m in record.messages if m["role"] == "tool"]
+    assert ours_tools == [(m["name"], m["content"]) for m in trl_messages[0] if m["role"] == "tool"]
+    assert record.reward == pytest.approx(env.get_reward())
+
+    for tool_messages in ([prompts.tool_message("describe", "x")], [prompts.tool_message("query", "a\n1")] * 2):
+        assert tool_suffix_ids(tokenizer, tool_messages, fake.chat_template) == fake._get_tool_suffix_ids(tool_messages)
+
+
+# ------------------------------------------------------------------------------------------ counting
+def test_parse_failure_unknown_tool_and_calls_after_answer_are_counted(tokenizer, concert_db_dir):
+    calls, _ = oracle_script(Q_COUNT, concert_db_dir)
+    script = [
+        "I think there are five singers.<|im_end|>",  # no tool call before the answer: parse failure
+        turn_text(("drop_table", {"table_name": "singer"})),  # unknown tool: TRL's own error text
+        turn_text(("query", {"query": "SELECT 1"})),  # wrong argument name: the env's error text
+        *[turn_text(c) for c in calls],
+        turn_text(("describe", {"table_name": "singer"})),  # after the answer: executed and penalised
+        "Done.<|im_end|>",  # the learned stop
+    ]
+    (record,) = play_episodes(
+        ScriptedGenerator(tokenizer, {0: script}), tokenizer, [Q_COUNT], db_dir=concert_db_dir, progress=False
+    )
+    tools = [m for m in record.messages if m["role"] == "tool"]
+    assert tools[0] == {"role": "tool", "name": "invalid", "content": NO_TOOL_CALL}
+    assert tools[1]["content"] == str({"error": "Tool drop_table not found."})
+    assert tools[2]["content"].startswith("Error: ")
+    assert record.correct and record.answered and not record.budget_exhausted
+    assert record.parse_failures == 3
+    assert record.steps == 3 + len(calls)
+    assert record.calls_after_answer == 1
+    assert record.reward_components["post_episode_penalty"] == pytest.approx(EnvConfig().rewards.post_episode_penalty)
+    assert record.messages[-1] == {"role": "assistant", "content": "Done."}
+
+
+def test_budgets_end_unanswered_episodes(tokenizer, concert_db_dir):
+    describe = turn_text(("describe", {"table_name": "singer"}))
+    # Turn budget: three turns, never an answer.
+    (record,) = play_episodes(
+        ScriptedGenerator(tokenizer, {0: [describe, "hm<|im_end|>", describe]}),
+        tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_turns=3, progress=False,
+    )
+    assert not record.answered and record.budget_exhausted and record.steps == 3 and record.parse_failures == 1
+    assert record.verdict_reason == "not answered (turn budget)"
+    # The env's step budget, reached inside one turn of four calls.
+    (record,) = play_episodes(
+        ScriptedGenerator(tokenizer, {0: [turn_text(*[("sample", {"table_name": "singer"})] * 4)]}),
+        tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=EnvConfig(step_budget=2), progress=False,
+    )
+    assert record.budget_exhausted and record.steps == 2 and record.calls_after_answer == 2
+    assert record.verdict_reason == "not answered (step budget)"
+    # The token budget: the first tool result does not fit.
+    gen = ScriptedGenerator(tokenizer, {0: [describe, describe]})
+    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_total_tokens=40, progress=False)
+    assert record.budget_exhausted and record.verdict_reason == "not answered (token budget)"
+    assert len(gen.contexts[0]) == 1
+
+
+def test_rolling_pool_keeps_batches_full_and_order(tokenizer, concert_db_dir):
+    scripts = {}
+    for i, question in enumerate(QUESTIONS * 2):
+        _, script = oracle_script(question, concert_db_dir)
+        scripts[i] = script if i % 2 else ["oops<|im_end|>"] + script  # staggered episode lengths
+    gen = ScriptedGenerator(tokenizer, scripts)
+    records = play_episodes(gen, tokenizer, QUESTIONS * 2, db_dir=concert_db_dir, batch_size=4, progress=False)
+    assert [r.question_id for r in records] == [q.id for q in QUESTIONS * 2]
+    assert all(r.correct for r in records)
+    assert max(gen.batches) == 4 and gen.batches[:3] == [4, 4, 4]  # refilled as episodes finish
+    assert sum(gen.batches) == sum(len(s) for s in scripts.values())
+
+
+# ---------------------------------------------------------------------------------- model generation
+def test_batched_cached_and_sequential_runs_agree(chaotic_model, tokenizer, concert_db_dir):
+    """Greedy decoding: one at a time, batched with caches, and batched without caches give the same
+    tokens (hence the same transcripts and verdicts). Each question twice: equal episodes in one batch."""
+    questions = list(QUESTIONS) * 2
+    common = dict(db_dir=concert_db_dir, env_config=EnvConfig(step_budget=3), max_new_tokens_per_turn=10,
+                  progress=False)
+    sequential = run_episodes(chaotic_model, tokenizer, questions, batch_size=1, **common)
+    batched = run_episodes(chaotic_model, tokenizer, questions, batch_size=4, **common)
+    uncached = run_episodes(chaotic_model, tokenizer, questions, batch_size=4, reuse_cache=False, **common)
+    assert [r.to_dict() for r in batched] == [r.to_dict() for r in sequential]
+    assert [r.to_dict() for r in uncached] == [r.to_dict() for r in sequential]
+    assert [r.to_dict() for r in sequential[:3]] == [r.to_dict() for r in sequential[3:]]
+    assert len({r.messages[2]["content"] for r in sequential[:3]}) == 3  # outputs depend on the question
+    assert all(r.tokens > 0 and r.steps == 3 for r in sequential)
+
+
+def test_kept_cache_equals_a_fresh_forward(chaotic_model, tokenizer, concert_db_dir):
+    """After a batched turn each episode's kept keys/values equal a fresh, unpadded forward of its tokens."""
+    template = rollout_chat_template(tokenizer)
+    episodes = [Episode(q, db_dir=concert_db_dir) for q in QUESTIONS]
+    contexts = [prompt_token_ids(tokenizer, e.messages, e.tools, template) for e in episodes]
+    gen = ModelGenerator(chaotic_model, GenerationSettings(), generation_eos_ids(chaotic_model, tokenizer),
+                         tokenizer.pad_token_id)
+    with torch.no_grad():
+        gen.encode_prefix(contexts[0][:100])
+        for key, ctx in enumerate(contexts):
+            gen.start(key, ctx)
+        completions = gen.generate([0, 1, 2], contexts, [5, 7, 6])
+        for key, (ctx, comp) in enumerate(zip(contexts, completions)):
+            kv, n = gen.cached(key)
+            assert len(ctx) <= n <= len(ctx) + len(comp)  # the last generated token is never fed back
+            tokens = (ctx + comp)[:n]
+            fresh = chaotic_model(input_ids=torch.tensor([tokens]), use_cache=True).cache
+            for (k, v), layer in zip(kv, fresh.layers):
+                assert torch.allclose(k, layer.keys[0], atol=1e-4, rtol=1e-4)
+                assert torch.allclose(v, layer.values[0], atol=1e-4, rtol=1e-4)
