@@ -1,0 +1,98 @@
+"""DVC stage `report`: the evaluation matrix, paired comparisons, curves and transcripts as one report.
+
+    python -m stages.report            (params: data.source, model.base — shown in the header)
+
+Reads reports/eval/<policy>_<set>/{metrics.json,samples.jsonl}, reports/sft/loss.csv and
+reports/grpo_phase{1,2}/curve.csv — whichever exist; the report says what is missing. Writes
+reports/plots/ (PNGs and the CSV behind each, declared as DVC plots) and reports/report.md, and logs
+both, the tables and the headline numbers to the stage's MLflow run. The plots folder is built aside
+and swapped in whole; report.md is written after it, so a failure leaves the previous report intact.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+import mlflow
+import pandas as pd
+
+from pipeline import paths
+from pipeline.io import atomic_dir, atomic_write_text
+from pipeline.params import load_params
+from pipeline.stage import run_stage
+from pipeline.tracking import git_commit, stage_run
+from sqlenv.report import (
+    CURVES,
+    comparisons_table,
+    curve_summary,
+    hardness_table,
+    load_inputs,
+    machine_description,
+    render_report,
+    results_table,
+)
+from sqlenv.report_plots import write_plots
+
+STAGE = "report"
+EVAL_DIR = paths.report_dir("eval")
+REPORT_MD = paths.REPORTS / "report.md"
+PLOTS_DIR = paths.REPORTS / "plots"
+CURVE_FILES = {"sft": paths.report_dir("sft") / "loss.csv",
+               **{name: paths.report_dir(name) / "curve.csv" for name in CURVES[1:]}}  # fmt: skip
+log = logging.getLogger(STAGE)
+
+
+def headline_metrics(inputs) -> dict[str, float]:
+    """Accuracies with intervals per set/policy, and each pair's difference and p-value, MLflow-named."""
+    out = {}
+    for row in results_table(inputs.results).itertuples():
+        for key in ("accuracy", "accuracy_low", "accuracy_high", "parse_rate", "steps_mean", "reward_mean"):
+            value = getattr(row, key)
+            if pd.notna(value):  # an undefined rate (no actions, none answered) is not a number to log
+                out[f"{row.set}/{row.policy}/{key}"] = float(value)
+    for row in comparisons_table(inputs.results).itertuples():
+        out[f"{row.set}/{row.a}-vs-{row.b}/difference"] = float(row.difference)
+        out[f"{row.set}/{row.a}-vs-{row.b}/mcnemar_p"] = float(row.mcnemar_p)
+    for row in curve_summary(inputs.curves).itertuples():
+        for key in ("first_quarter", "last_quarter"):
+            out[f"curves/{row.curve}/{row.column}/{key}"] = float(getattr(row, key))  # CURVE_SUMMARY names are valid
+    return out
+
+
+def main() -> None:
+    params = load_params()
+    read = {"data": {"source": params.data.source}, "model": {"base": params.model.base}}
+    with stage_run(STAGE, read):
+        inputs = load_inputs(EVAL_DIR, CURVE_FILES)
+        sha, dirty = git_commit()
+        header = {
+            "Date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "Machine": machine_description(),
+            "Git commit": f"{sha}{' (uncommitted changes)' if dirty else ''}",
+            "Data source": params.data.source,
+            "Model base": params.model.base,
+        }
+        with atomic_dir(PLOTS_DIR) as tmp:  # rendered inside: a failure before report.md keeps the old plots too
+            drawn = write_plots(inputs, tmp)
+            text = render_report(inputs, header, {key: f"plots/{name}" for key, name in drawn.items()})
+        atomic_write_text(REPORT_MD, text)
+
+        mlflow.log_artifact(str(REPORT_MD))
+        mlflow.log_artifacts(str(PLOTS_DIR), "plots")
+        for name, frame in (("results", results_table(inputs.results)), ("hardness", hardness_table(inputs.results)),
+                            ("comparisons", comparisons_table(inputs.results))):  # fmt: skip
+            if not frame.empty:
+                mlflow.log_table(frame, artifact_file=f"tables/{name}.json")
+        metrics = headline_metrics(inputs)
+        if metrics:
+            mlflow.log_metrics(metrics)
+        mlflow.log_dict({"evaluated": [f"{r.policy}_{r.set}" for r in inputs.results], "curves": sorted(inputs.curves),
+                         "notes": inputs.notes, "provenance": {f"{r.policy}_{r.set}": r.info for r in inputs.results}},
+                        "inputs.json")  # fmt: skip
+        log.info("report: %d evaluation runs, %d curves, %d plots -> %s", len(inputs.results), len(inputs.curves),
+                 len(drawn), REPORT_MD)  # fmt: skip
+
+
+if __name__ == "__main__":
+    run_stage(STAGE, main)
