@@ -137,6 +137,20 @@ class GRPOPhase2Params(GRPOPhaseParams):
     beta: float
 
 
+EvalSet = Literal["n50", "n200"]
+
+
+@dataclass(frozen=True)
+class EvalSetsParams:
+    random: EvalSet
+    base: EvalSet
+    base_1shot: EvalSet
+    base_3shot: EvalSet
+    sft: EvalSet
+    grpo_phase1: EvalSet
+    grpo_phase2: EvalSet
+
+
 @dataclass(frozen=True)
 class EvaluateParams:
     batch_size: int
@@ -146,6 +160,7 @@ class EvaluateParams:
     temperature: float
     top_p: float
     few_shot_seed: int
+    sets: EvalSetsParams
 
 
 @dataclass(frozen=True)
@@ -255,6 +270,20 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
             raise ParamsError(f"{source}: '{key}' must be a string, got {value!r}")
         return value
     raise TypeError(f"unsupported schema type {tp!r} for {key}")  # a bug in the schema, not in params
+
+
+def env_config(params: Params) -> Any:
+    """The environment every stage plays through, from `env` + `rewards` (one source of truth).
+
+    The format bonus is part of the reward only when `grpo.format_reward` switches it on, so
+    evaluation reports the same reward the policy was trained on.
+    """
+    from sqlenv.environment import EnvConfig
+
+    rewards = dataclasses.asdict(params.rewards)
+    if not params.grpo.format_reward:
+        rewards["format_reward"] = 0.0
+    return EnvConfig.from_dict({**dataclasses.asdict(params.env), "rewards": rewards})
 
 
 def section_dict(params: Params, *names: str) -> dict[str, Any]:
