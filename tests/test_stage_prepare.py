@@ -2,42 +2,15 @@
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from stage_harness import run_stage, small_params
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def small_params(**overrides):
-    p = yaml.safe_load((REPO / "params.yaml").read_text())
-    p["world"].update(domains=["school", "retail", "airline", "hospital"], databases_per_domain=1, questions_per_db=40)
-    p["data"].update(n50=10, n200=30)
-    for dotted, value in overrides.items():
-        section, key = dotted.split(".") if "." in dotted else (None, dotted)
-        (p[section] if section else p)[key] = value
-    return p
 
 
 def run_prepare(workdir: Path, params: dict, expect_ok=True):
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
-        "DVC_ROOT": str(workdir),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "stages.prepare"], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
-    )
-    if expect_ok:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    return run_stage(workdir, "prepare", params=params, expect_ok=expect_ok)
 
 
 def digest(folder: Path) -> dict[str, str]:

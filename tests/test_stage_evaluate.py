@@ -1,0 +1,55 @@
+"""The evaluate and report stages end to end on a small world: random and a tiny-model `base`, then the report."""
+
+import json
+from pathlib import Path
+
+import pytest
+from stage_harness import run_stage, small_params
+
+from sqlenv.tiny_model import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("eval")
+    params = small_params()
+    params["evaluate"].update(batch_size=8, max_new_tokens=16, max_total_tokens=96)
+    params["evaluate"]["sets"].update(random="n200", base="n50")
+    params["env"]["step_budget"] = 4
+    run_stage(root, "prepare", params=params)
+    build_tiny_model(root / "models" / "base")
+    return root
+
+
+def test_random_on_n200_also_reports_n50(workdir):
+    run_stage(workdir, "evaluate", "--policy", "random")
+    for name, n in (("random_n200", 30), ("random_n50", 10)):
+        metrics = json.loads((workdir / "reports/eval" / name / "metrics.json").read_text())
+        samples = (workdir / "reports/eval" / name / "samples.jsonl").read_text().splitlines()
+        assert metrics["n"] == n == len(samples)
+        assert metrics["metrics"]["n"] == n and 0.0 <= metrics["metrics"]["accuracy"] <= 1.0
+        assert metrics["model"]["path"] is None and metrics["verifier_version"]
+    n50_ids = {json.loads(s)["question_id"] for s in (workdir / "reports/eval/random_n50/samples.jsonl").open()}
+    n200_ids = {json.loads(s)["question_id"] for s in (workdir / "reports/eval/random_n200/samples.jsonl").open()}
+    assert n50_ids < n200_ids
+
+
+def test_model_policy_and_report(workdir):
+    run_stage(workdir, "evaluate", "--policy", "base")
+    metrics = json.loads((workdir / "reports/eval/base_n50/metrics.json").read_text())
+    assert metrics["set"] == "n50" and metrics["n"] == 10
+    assert metrics["model"]["fingerprint"] and metrics["generation"]["do_sample"] is False
+    record = json.loads((workdir / "reports/eval/base_n50/samples.jsonl").read_text().splitlines()[0])
+    assert [m["role"] for m in record["messages"][:2]] == ["system", "user"]
+    assert not (workdir / "reports/eval/base_n200").exists()
+
+    run_stage(workdir, "evaluate", "--policy", "random")  # makes random_n50 for the pairing
+    run_stage(workdir, "report")
+    report = (workdir / "reports/report.md").read_text()
+    assert "random" in report and "base" in report and "McNemar" in report
+
+
+def test_missing_model_fails_cleanly(workdir):
+    proc = run_stage(workdir, "evaluate", "--policy", "sft", expect_ok=False)
+    assert proc.returncode == 1 and "models/sft" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (workdir / "reports/eval/sft_n200").exists()
