@@ -1,0 +1,233 @@
+"""SFT on the tiny model: TRL's training template, token parity with GRPO rollouts, assistant masks, merged save."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sqlenv import prompts
+from sqlenv.environment import EnvConfig
+from sqlenv.models import trl_chat_template
+from sqlenv.questions import build_questions
+from sqlenv.sft import (
+    TOOL_TAGS,
+    TrainConfig,
+    build_dataset,
+    build_trainer,
+    compact_lm_head,
+    select_examples,
+    tokenize_record,
+    train_sft,
+    training_chat_template,
+)
+from sqlenv.sft_data import SFTDataConfig, build_sft_data
+from sqlenv.tiny_model import build_tiny_model
+from sqlenv.trl_adapter import SQLAgentEnv
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-qwen2")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    db_dir = tmp_path_factory.mktemp("world")
+    built = build_questions(db_dir, seed=0, source="synthetic", domains=["retail"], databases_per_domain=1, questions_per_db=30)
+    records = build_sft_data(built.questions, db_dir, EnvConfig(), SFTDataConfig(error_recovery_fraction=0.3)).records
+    return db_dir, {q.id: q for q in built.questions}, records
+
+
+def test_trl_recognises_the_template_and_swaps_in_its_training_variant(tokenizer, tiny, world):
+    from trl.chat_template_utils import has_generation_markers
+
+    assert tokenizer.chat_template == trl_chat_template("qwen2_5")
+    assert not has_generation_markers(tokenizer.chat_template)
+    assert training_chat_template(tokenizer) == trl_chat_template("qwen2_5_training")
+    dataset, _ = build_dataset(world[2][:2], tokenizer, max_length=4096)
+    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1), "unused-output-dir")
+    assert trainer.args.assistant_only_loss
+    assert trainer.chat_template == trl_chat_template("qwen2_5_training")  # what SFTTrainer tokenises with
+
+
+def _grpo_trainer_stub(tokenizer, env):
+    """The attributes GRPOTrainer's own `_tokenize_prompts`/`_get_tool_suffix_ids` read, set as its __init__ does."""
+    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+
+    tools = [getattr(env, n) for n, _ in inspect.getmembers(type(env), inspect.isfunction)
+             if n not in ("reset", "get_reward") and not n.startswith("_")]
+    template = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
+    return SimpleNamespace(
+        processing_class=tokenizer, _tokenizer=tokenizer, chat_template=template, chat_template_kwargs={},
+        _is_vlm=False, environment_factories={"sql": SQLAgentEnv}, _batch_environments=["sql"],
+        _env_tools={"sql": tools},
+    )
+
+
+@pytest.mark.parametrize("kind", ["plain", "sample", "recovery"])
+def test_training_tokens_are_what_grpo_renders_and_the_model_generates(tokenizer, world, kind):
+    """prompt ids (GRPOTrainer._tokenize_prompts) + per turn: the model's own call text + GRPOTrainer's tool suffix."""
+    from trl import GRPOTrainer
+
+    db_dir, questions, records = world
+    record = next(r for r in records if r["kind"] == kind)
+    question = questions[record["id"]]
+    env = SQLAgentEnv(db_dir=db_dir)
+    trainer = _grpo_trainer_stub(tokenizer, env)
+    # The dataset row's prompt as GRPO sees it: [system, user(question)] + reset() appended to the user turn.
+    observation = env.reset(**question.to_dict())
+    prompt = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
+              {"role": "user", "content": prompts.user_message(question)["content"] + observation}]
+    prompt_ids, _, _ = GRPOTrainer._tokenize_prompts(trainer, [prompt])
+    expected = list(prompt_ids[0])
+
+    messages = record["messages"]
+    turns = []
+    for i, message in enumerate(messages[2:], start=2):
+        if message["role"] != "assistant":
+            continue
+        if message.get("tool_calls"):
+            call = message["tool_calls"][0]["function"]
+            args = json.dumps(json.loads(call["arguments"]), ensure_ascii=False)
+            text = f'<tool_call>\n{{"name": "{call["name"]}", "arguments": {args}}}\n</tool_call><|im_end|>'
+        else:
+            text = message["content"] + "<|im_end|>"
+        turn = tokenizer.encode(text, add_special_tokens=False)  # what the model generates, stop token included
+        turns.append(turn)
+        expected += turn
+        tools = []
+        for later in messages[i + 1:]:
+            if later["role"] != "tool":
+                break
+            tools.append(later)
+        if tools:
+            expected += GRPOTrainer._get_tool_suffix_ids(trainer, tools)
+
+    ids = tokenize_record(tokenizer, record, training_chat_template(tokenizer))
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    assert ids["input_ids"] == expected + newline  # the template closes the last turn with "<|im_end|>\n"
+    # Trained tokens: per assistant turn "\n" (after "<|im_start|>assistant") + the completion + "\n".
+    mask, spans, start = ids["assistant_masks"], [], None
+    for pos, bit in enumerate(mask + [0]):
+        if bit and start is None:
+            start = pos
+        elif not bit and start is not None:
+            spans.append(ids["input_ids"][start:pos])
+            start = None
+    assert spans == [newline + turn + newline for turn in turns]
+
+
+def test_every_example_trains_on_assistant_tokens_and_matches_the_trainer(tokenizer, tiny, world):
+    records = world[2]
+    dataset, stats = build_dataset(records, tokenizer, max_length=4096)
+    assert stats.examples == len(records) and stats.dropped_too_long == 0
+    assert 0 < stats.assistant_tokens < stats.tokens
+    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096), "unused-output-dir")
+    template = training_chat_template(tokenizer)
+    assert len(trainer.train_dataset) == len(records)
+    for row, record in zip(trainer.train_dataset, records):
+        mine = tokenize_record(tokenizer, record, template)
+        assert sum(mine["assistant_masks"]) > 0
+        assert row["input_ids"] == mine["input_ids"]
+        assert row["labels"] == [t if m else -100 for t, m in zip(mine["input_ids"], mine["assistant_masks"])]
+
+
+def test_overlong_trajectories_are_dropped_and_counted(tokenizer, world):
+    records = world[2]
+    lengths = sorted(len(tokenize_record(tokenizer, r, training_chat_template(tokenizer))["input_ids"]) for r in records)
+    cut = lengths[len(lengths) // 2]
+    _, stats = build_dataset(records, tokenizer, max_length=cut)
+    assert stats.dropped_too_long == sum(1 for n in lengths if n > cut) > 0
+    assert stats.examples + stats.dropped_too_long == len(records) and stats.length["max"] <= cut
+    with pytest.raises(ValueError, match="max_length"):
+        build_dataset(records, tokenizer, max_length=10)
+
+
+def test_subset_is_a_stable_hash_choice(world):
+    records = world[2]
+    a = select_examples(records, 5, seed=0)
+    assert [r["id"] for r in a] == [r["id"] for r in select_examples(list(reversed(records)), 5, seed=0)]
+    assert [r["id"] for r in a] != [r["id"] for r in select_examples(records, 5, seed=1)]
+    assert len(select_examples(records, 0, seed=0)) == len(records)
+
+
+def test_compact_head_gives_the_same_loss_and_gradients(tiny, tokenizer, world):
+    """Scoring only labelled positions in TRL's fused head (our CPU speed-up) changes no number."""
+    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
+    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    model = trainer.model
+
+    def loss_and_grads():
+        model.zero_grad()
+        out = model(**batch, fused_lm_head=True)
+        loss = -out.log_probs.sum() / out.label_mask.sum()
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    loss_full, grads_full = loss_and_grads()
+    with compact_lm_head():
+        loss_compact, grads_compact = loss_and_grads()
+    assert loss_compact == pytest.approx(loss_full, rel=1e-5)
+    assert grads_full.keys() == grads_compact.keys() and any("trainable_tokens_delta" in n for n in grads_full)
+    for name in grads_full:
+        torch.testing.assert_close(grads_compact[name], grads_full[name], rtol=1e-4, atol=1e-6)
+
+
+def test_two_step_lora_run_saves_a_merged_model_with_trained_tool_tag_rows(tiny, tokenizer, world, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.bfloat16)
+    tag_ids = [tokenizer.convert_tokens_to_ids(t) for t in TOOL_TAGS]
+    base_rows = base.get_input_embeddings().weight.detach()[tag_ids].clone()
+    other_rows = base.get_input_embeddings().weight.detach()[:1000].clone()
+
+    config = TrainConfig(max_examples=4, gradient_accumulation_steps=2, learning_rate=1e-2, logging_steps=1, max_length=4096)
+    out = tmp_path / "sft"
+    result = train_sft(world[2], tiny, out, config, output_dir=tmp_path / "checkpoints")
+    assert result.steps == 2 and [row["step"] for row in result.curve] == [1, 2]
+    assert all(row["loss"] > 0 for row in result.curve) and result.dataset.examples == 4
+
+    assert not list(out.glob("adapter_*")) and (out / "model.safetensors").is_file()
+    assert not list((tmp_path / "checkpoints").glob("checkpoint-*"))  # no intermediate checkpoints saved
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    assert type(merged).__name__ == "Qwen2ForCausalLM" and merged.config.tie_word_embeddings
+    weight = merged.get_input_embeddings().weight.detach()
+    assert merged.get_output_embeddings().weight.data_ptr() == weight.data_ptr()
+    assert not torch.equal(weight[tag_ids], base_rows)  # the tool-tag rows were trained ...
+    assert torch.equal(weight[:1000], other_rows)  # ... and nothing else in the embedding
+    assert merged.dtype == torch.bfloat16
+
+    from transformers import AutoTokenizer
+
+    saved = AutoTokenizer.from_pretrained(out)
+    assert saved.chat_template == trl_chat_template("qwen2_5")  # the template TRL recognises is preserved
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["tag_rows_changed"] == [True, True] and provenance["source"] == "sft"
+    assert provenance["fingerprint"] == result.provenance["fingerprint"]
+
+
+def test_inspect_sft_prints_the_trained_tokens_bracketed(tiny, world, tmp_path, capsys):
+    from sqlenv.inspect_sft import main
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in world[2][:3]))
+    assert main(["--data", str(data), "--model", str(tiny), "--index", "2", "--plain"]) == 0
+    out = capsys.readouterr().out
+    record = world[2][2]
+    assert f"id={record['id']}" in out and "template qwen2_5_training" in out
+    assert "«\n<tool_call>\n{\"name\": " in out and f"«\n{prompts.FINAL_REPLY}<|im_end|>\n»" in out
+    assert "<|im_start|>user" in out and "«<|im_start|>" not in out  # prompts and tool results are not trained
+    assert main(["--data", str(data), "--model", str(tiny), "--index", "7"]) == 1
+    assert "has no record 7 (it has 3)" in capsys.readouterr().err

@@ -1,0 +1,189 @@
+"""SFT trajectories: verified by replay, closed by a plain turn, real errors in recovery ones, JSON-string arguments, deterministic."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from sqlenv import prompts
+from sqlenv.environment import EnvConfig, SQLEnv
+from sqlenv.questions import build_questions
+from sqlenv.sft_data import (
+    SFTDataConfig,
+    assigned_kind,
+    build_sft_data,
+    column_guesses,
+    summarize,
+    table_guesses,
+    wrong_queries,
+)
+from sqlenv.types import Question
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    db_dir = tmp_path_factory.mktemp("world")
+    built = build_questions(
+        db_dir, seed=0, source="synthetic", domains=["school", "airline"], databases_per_domain=1, questions_per_db=40
+    )
+    return db_dir, built.questions
+
+
+@pytest.fixture(scope="module")
+def data(world):
+    db_dir, questions = world
+    return build_sft_data(questions, db_dir, EnvConfig(), SFTDataConfig(error_recovery_fraction=0.3, sample_fraction=0.3))
+
+
+def _calls(record):
+    return [
+        (m["tool_calls"][0]["function"]["name"], m["tool_calls"][0]["function"]["arguments"])
+        for m in record["messages"]
+        if m["role"] == "assistant" and m.get("tool_calls")
+    ]
+
+
+def test_every_trajectory_replays_to_a_verified_answer(world, data):
+    db_dir, questions = world
+    by_id = {q.id: q for q in questions}
+    assert len(data.records) == len(questions) and data.drop_counts == {}
+    env = SQLEnv(db_dir, EnvConfig())
+    for record in data.records:
+        question = by_id[record["id"]]
+        env.reset(question)
+        observations = [env.step(name, json.loads(args)).observation for name, args in _calls(record)]
+        assert env.answered and env.correct, record["id"]  # the verifier accepts the replayed answer
+        stored = [m["content"] for m in record["messages"] if m["role"] == "tool"]
+        assert observations == stored  # tool results are the environment's own text
+        assert record["messages"][:2] == prompts.initial_messages(question, env.tables)
+
+
+def test_trajectories_end_with_one_plain_assistant_turn(data):
+    for record in data.records:
+        last, before = record["messages"][-1], record["messages"][-2]
+        assert last == {"role": "assistant", "content": prompts.FINAL_REPLY}
+        assert before["role"] == "tool" and before["name"] == "answer"
+        assert _calls(record)[-1][0] == "answer"
+        plain = [m for m in record["messages"] if m["role"] == "assistant" and not m.get("tool_calls")]
+        assert plain == [last]
+
+
+def test_arguments_are_json_strings_and_tools_are_the_adapter_schemas(data):
+    schemas = json.dumps(prompts.tool_schemas(), ensure_ascii=False)
+    for record in data.records:
+        assert record["tools"] == schemas
+        assert set(record) == {"id", "db_id", "hardness", "kind", "messages", "tools"}
+        for name, args in _calls(record):
+            assert isinstance(args, str)
+            decoded = json.loads(args)
+            assert isinstance(decoded, dict) and len(decoded) == 1 and all(isinstance(v, str) for v in decoded.values())
+
+
+def test_recovery_trajectories_hit_a_real_error_then_describe_and_correct(world, data):
+    _, questions = world
+    by_id = {q.id: q for q in questions}
+    recovery = [r for r in data.records if r["kind"] == "recovery"]
+    assert len(recovery) >= 10
+    positions = set()
+    for record in recovery:
+        calls = _calls(record)
+        tools = [m for m in record["messages"] if m["role"] == "tool"]
+        errors = [i for i, t in enumerate(tools) if t["content"].startswith("Error:")]
+        assert len(errors) == 1
+        at = errors[0]
+        positions.add(at)
+        assert calls[at][0] == "query" and tools[at]["content"].startswith("Error: no such ")
+        assert all(name == "describe" for name, _ in calls[:at])  # explored (some) tables first, or not at all
+        assert calls[at + 1][0] == "describe"  # after the error: look at the table ...
+        described_after = json.loads(calls[at + 1][1])["table_name"]
+        assert described_after not in [json.loads(a)["table_name"] for _, a in calls[:at]]
+        corrected = [json.loads(a)["sql"] for n, a in calls[at + 1:] if n == "query"]
+        gold = by_id[record["id"]].gold_sql
+        assert corrected == [gold]  # ... then the corrected query
+        wrong = json.loads(calls[at][1])["sql"]
+        assert wrong != gold and len(wrong.split()) == len(gold.split())  # one identifier renamed in place
+        assert described_after.lower() in {t.lower() for t in by_id[record["id"]].tables}
+    assert 0 in positions and max(positions) > 0  # errors both before and after exploring
+    # Both kinds of mistake occur: a wrong column and a wrong table.
+    errors = {t["content"].split(":")[1].strip() for r in recovery for t in r["messages"] if t["role"] == "tool"
+              and t["content"].startswith("Error:")}
+    assert errors == {"no such column", "no such table"}
+
+
+def test_other_kinds_have_no_error_and_sample_ones_sample(data):
+    for record in data.records:
+        names = [n for n, _ in _calls(record)]
+        if record["kind"] == "sample":
+            assert names.count("sample") == 1 and names.index("sample") < names.index("query")
+        elif record["kind"] == "plain":
+            assert "sample" not in names
+        if record["kind"] != "recovery":
+            assert not any(m["content"].startswith("Error:") for m in record["messages"] if m["role"] == "tool")
+
+
+def test_deterministic_and_seeded(world, data):
+    db_dir, questions = world
+    config = SFTDataConfig(error_recovery_fraction=0.3, sample_fraction=0.3)
+    again = build_sft_data(list(reversed(questions)), db_dir, EnvConfig(), config)
+    assert json.dumps(again.records, sort_keys=True) == json.dumps(data.records, sort_keys=True)
+    other = build_sft_data(questions, db_dir, EnvConfig(), replace(config, seed=1))
+    assert [r["kind"] for r in other.records] != [r["kind"] for r in data.records]
+
+
+def test_kind_shares_follow_the_fractions(world):
+    ids = [f"q{i}" for i in range(4000)]
+    kinds = [assigned_kind(i, SFTDataConfig(error_recovery_fraction=0.2, sample_fraction=0.3)) for i in ids]
+    assert abs(kinds.count("recovery") / len(ids) - 0.2) < 0.03
+    assert abs(kinds.count("sample") / len(ids) - 0.8 * 0.3) < 0.03
+    assert {assigned_kind(i, SFTDataConfig(error_recovery_fraction=0.0, sample_fraction=0.0)) for i in ids} == {"plain"}
+    with pytest.raises(ValueError, match="error_recovery_fraction"):
+        SFTDataConfig(error_recovery_fraction=1.5)
+
+
+def test_unverifiable_questions_are_dropped_by_reason(world):
+    db_dir, questions = world
+    good = questions[0]
+    broken = replace(good, id="broken", gold_sql="SELECT no_such_thing FROM nowhere")
+    result = build_sft_data([good, broken], db_dir, EnvConfig(), SFTDataConfig())
+    assert [r["id"] for r in result.records] == [good.id]
+    assert result.drop_counts == {"gold_sql_fails": 1} and result.dropped == [("broken", "gold_sql_fails")]
+    summary = summarize(result, candidates=2)
+    assert summary["kept"] == 1 and summary["dropped"] == {"gold_sql_fails": 1} and summary["keep_rate"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "column, table, expected",
+    [
+        ("std_name", "student", "name"),
+        ("yr_built", "ves", "year_built"),
+        ("CustomerId", "Customer", "customer_id"),
+        ("Name", "teacher", "teacher_name"),
+        ("NAME", "DISHES", "dish_name"),
+    ],
+)
+def test_column_guesses_are_what_a_model_would_write(column, table, expected):
+    assert expected in column_guesses(column, table)
+
+
+@pytest.mark.parametrize(
+    "table, expected",
+    [("FLIGHTS", ["FLIGHT"]), ("teacher", ["teachers"]), ("Category", ["Categories"]), ("shpmt", ["shipment", "shpmts"])],
+)
+def test_table_guesses_flip_the_number_or_spell_out(table, expected):
+    assert table_guesses(table) == expected
+
+
+def test_wrong_queries_rename_one_real_identifier_in_place(shop_db):
+    from sqlenv.sandbox import Sandbox
+
+    q = Question(id="s1", db_id="shop", question="?", gold_sql="SELECT name FROM customers WHERE city = 'London'")
+    with Sandbox(shop_db) as box:
+        wrongs = wrong_queries(q, box)
+        assert {(w.kind, w.original) for w in wrongs} >= {("column", "name"), ("table", "customers")}
+        for w in wrongs:
+            assert not box.execute(w.sql).ok
+            assert w.sql.replace(w.guess, w.original, 1) == q.gold_sql
+        # Never a guess that exists in the schema (SQLite names are case-insensitive).
+        assert all(w.guess.lower() not in {"customer_id", "name", "city", "customers"} for w in wrongs)
