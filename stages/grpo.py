@@ -1,0 +1,115 @@
+"""DVC stages `grpo_phase1` and `grpo_phase2`: GRPO of the SQL agent through the real environment.
+
+    python -m stages.grpo --phase 1   (models/sft         -> models/grpo_phase1; easy questions)
+    python -m stages.grpo --phase 2   (models/grpo_phase1 -> models/grpo_phase2; easy + medium)
+
+Params: seed, env, rewards, model.dtype, model.enable_thinking, grpo, grpo_phase<N> (never the
+other phase's section). Outs: models/<stage>/ (merged plain model), reports/<stage>/metrics.json and
+curve.csv (one row per step). Crash safety: checkpoints in checkpoints/<stage>/ (outside the DVC
+outs); a rerun after a kill resumes from the newest compatible one (same params hash and starting
+model fingerprint), else starts fresh and says why; they are removed once the outs are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import shutil
+import time
+
+import mlflow
+import pandas as pd
+
+from pipeline import paths
+from pipeline.grpo_logging import MLflowGRPOLogger
+from pipeline.io import atomic_dir, atomic_write_json, atomic_write_text
+from pipeline.params import load_params, params_hash
+from pipeline.stage import run_stage
+from pipeline.tracking import log_metrics, stage_run
+from sqlenv.grpo import (
+    STAGES,
+    build_trainer,
+    completion_only_logprobs_on_cpu,
+    phase_sections,
+    phase_settings,
+    plan_batches,
+)
+from sqlenv.grpo_outputs import (
+    CURVE_COLUMNS,
+    checkpoint_marker_callback,
+    curve_rows,
+    prepare_checkpoints,
+    save_final_model,
+    summarize_curve,
+)
+from sqlenv.models import model_fingerprint
+
+START_MODEL = {1: paths.MODELS / "sft", 2: paths.MODELS / STAGES[1]}
+log = logging.getLogger("grpo")
+
+
+def main(phase: int) -> None:
+    stage = STAGES[phase]
+    params = load_params()
+    read = phase_sections(dataclasses.asdict(params), phase)
+    settings = phase_settings(read, phase)
+    start = START_MODEL[phase]
+    if not (start / "config.json").is_file():
+        raise FileNotFoundError(f"starting model not found: {start} (run the stage that makes it first)")
+    questions, ckpt_dir = paths.questions_file("train"), paths.CHECKPOINTS / stage
+    start_fp = model_fingerprint(start)
+    run_key = {"params_hash": params_hash(read), "start_fingerprint": start_fp}
+    plan = plan_batches(settings.batch_size, settings.gradient_accumulation_steps, settings.num_generations)
+
+    with stage_run(stage, read):
+        resume = prepare_checkpoints(ckpt_dir, run_key)
+        log.info("%s", resume.reason)
+        mlflow.set_tags({"start_model": str(start), "start_fingerprint": start_fp, "resume": resume.reason})
+        mlflow.log_params({"derived.gradient_accumulation_steps": plan.gradient_accumulation_steps,
+                           "derived.generation_batch_size": plan.generation_batch_size,
+                           "derived.prompts_per_step": plan.prompts_per_step})  # fmt: skip
+        logger = MLflowGRPOLogger(settings.transcripts_every, settings.transcripts_per_log, settings.seed)
+        trainer = build_trainer(
+            settings, model_path=start, questions_file=questions, db_dir=paths.DATABASES, checkpoint_dir=ckpt_dir,
+            callbacks=[logger, checkpoint_marker_callback(run_key, resume.elapsed_s)],
+        )  # fmt: skip
+        logger.attach(trainer)
+        t0 = time.monotonic()
+        with completion_only_logprobs_on_cpu():
+            trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
+        wall = resume.elapsed_s + time.monotonic() - t0
+
+        info = {"stage": stage, "steps": trainer.state.global_step, "params_hash": run_key["params_hash"],
+                "dtype": settings.dtype, "lora": settings.lora}  # fmt: skip
+        with atomic_dir(paths.MODELS / stage) as tmp:
+            fingerprint = save_final_model(trainer, start, tmp, info)
+
+        rows = curve_rows(trainer.state.log_history)
+        report = paths.report_dir(stage)
+        atomic_write_text(report / "curve.csv", pd.DataFrame(rows, columns=list(CURVE_COLUMNS)).to_csv(index=False))
+        steps_run = trainer.state.global_step - resume.step
+        metrics = {
+            **summarize_curve(rows),
+            "steps": trainer.state.global_step,
+            "resumed_from_step": resume.step,
+            "wall_time_s": round(wall, 1),
+            "seconds_per_step": round((time.monotonic() - t0) / steps_run, 2) if steps_run else None,
+            "rollouts_per_step": plan.generation_batch_size,
+            "model_fingerprint": fingerprint,
+            "start_fingerprint": start_fp,
+        }
+        atomic_write_json(paths.metrics_file(stage), metrics)
+        log_metrics({k: v for k, v in metrics.items() if k != "steps"}, prefix="final/")
+        mlflow.log_dict(metrics, "metrics.json")
+        mlflow.log_artifact(str(report / "curve.csv"))
+        shutil.rmtree(ckpt_dir, ignore_errors=True)  # a finished phase must never be "resumed" by a later run
+        log.info("%s: %d steps in %.0f s, reward %s -> %s (first/last quarter), model %s", stage,
+                 metrics["steps"], wall, metrics["reward_first_quarter"], metrics["reward_last_quarter"], fingerprint)  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phase", type=int, choices=sorted(STAGES), required=True)
+    phase = parser.parse_args().phase
+    run_stage(STAGES[phase], lambda: main(phase))

@@ -1,0 +1,421 @@
+"""Guards sqlenv.grpo and grpo_outputs: batch plan, per-phase params, reward components as TRL logs them, checkpoints, few-shot, final model."""
+
+import copy
+import dataclasses
+import hashlib
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fixtures_env import Q_COUNT, concert_db_dir  # noqa: F401  (fixture)
+from sqlenv import prompts
+from sqlenv.environment import EnvConfig
+from sqlenv.grpo import (
+    ENV_REWARD_NAME,
+    EPISODE_METRICS,
+    build_trainer,
+    completion_only_logprobs_on_cpu,
+    component_reward_funcs,
+    episode_diagnostics,
+    few_shot_examples,
+    few_shot_system_prompt,
+    grpo_config,
+    phase_sections,
+    phase_settings,
+    plan_batches,
+)
+from sqlenv.grpo_outputs import (
+    CHECKPOINT_MARKER,
+    checkpoint_marker_callback,
+    curve_rows,
+    prepare_checkpoints,
+    sample_transcripts,
+    save_final_model,
+    summarize_curve,
+)
+from sqlenv.rewards import COMPONENTS
+from sqlenv.trl_adapter import SQLAgentEnv
+from sqlenv.types import Question
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def repo_params() -> dict:
+    return yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+# ------------------------------------------------------------------------------------------ batch plan
+@pytest.mark.parametrize(
+    "batch, accum, gens, world, want_accum, want_gen",
+    [
+        (4, 1, 4, 1, 1, 4),    # the default: one question per step
+        (3, 1, 4, 1, 4, 12),   # 3 rollouts per micro-batch never hold a group of 4 -> 4 micro-batches
+        (2, 3, 4, 1, 4, 8),    # accumulation raised to the next value that holds whole groups
+        (6, 1, 4, 1, 2, 12),
+        (5, 2, 3, 1, 3, 15),
+        (1, 1, 7, 1, 7, 7),
+        (2, 1, 6, 2, 3, 12),   # two processes: the global micro-batch counts
+        (8, 2, 4, 1, 2, 16),   # already fine: unchanged
+    ],
+)  # fmt: skip
+def test_plan_batches_holds_whole_groups(batch, accum, gens, world, want_accum, want_gen):
+    plan = plan_batches(batch, accum, gens, world)
+    assert (plan.gradient_accumulation_steps, plan.generation_batch_size) == (want_accum, want_gen)
+    assert plan.steps_per_generation == plan.gradient_accumulation_steps  # one generation per optimizer step
+    assert plan.generation_batch_size % gens == 0
+    assert plan.generation_batch_size % (batch * world) == 0
+    assert plan.prompts_per_step == want_gen // gens
+
+
+@pytest.mark.parametrize("batch, accum, gens", [(0, 1, 4), (4, 0, 4), (4, 1, 1)])
+def test_plan_batches_rejects_impossible_settings(batch, accum, gens):
+    with pytest.raises(ValueError):
+        plan_batches(batch, accum, gens)
+
+
+def test_trl_accepts_the_plan_on_odd_settings(tmp_path):
+    p = repo_params()
+    p["grpo"].update(batch_size=3, gradient_accumulation_steps=2)
+    p["grpo_phase1"]["num_generations"] = 5
+    config = grpo_config(phase_settings(phase_sections(p, 1), 1), tmp_path)
+    assert config.generation_batch_size == 15 and config.steps_per_generation == config.gradient_accumulation_steps == 5
+
+
+# ------------------------------------------------------------------------------------- phase params
+def test_phase_params_never_leak_across_phases(tmp_path):
+    p = repo_params()
+    assert set(phase_sections(p, 1)) == {"seed", "env", "rewards", "model", "grpo", "grpo_phase1"}
+    assert set(phase_sections(p, 2)) == {"seed", "env", "rewards", "model", "grpo", "grpo_phase2"}
+    one, two = phase_settings(phase_sections(p, 1), 1), phase_settings(phase_sections(p, 2), 2)
+    assert one.beta == p["grpo"]["beta"] and two.beta == p["grpo_phase2"]["beta"]
+    assert (one.max_completion_length, two.max_completion_length) == (512, 1024)
+    assert one.difficulties == ("easy",) and set(two.difficulties) == {"easy", "medium"}
+
+    # Any change to phase 2's section leaves phase 1's settings and GRPOConfig untouched, and vice versa.
+    q = copy.deepcopy(p)
+    q["grpo_phase2"].update(beta=0.7, max_steps=99, num_generations=9, learning_rate=0.5, temperature=0.1,
+                            max_completion_length=7, difficulties=["extra"])  # fmt: skip
+    assert phase_settings(phase_sections(q, 1), 1) == one
+    assert grpo_config(one, tmp_path).to_dict() == grpo_config(phase_settings(phase_sections(q, 1), 1), tmp_path).to_dict()
+    r = copy.deepcopy(p)
+    r["grpo_phase1"].update(max_steps=99, num_generations=9, difficulties=["extra"])
+    assert phase_settings(phase_sections(r, 2), 2) == two
+    # The shared section reaches both phases, except the phase-1 KL coefficient.
+    s = copy.deepcopy(p)
+    s["grpo"].update(beta=0.5, lora_r=8)
+    assert phase_settings(phase_sections(s, 1), 1).beta == 0.5
+    assert phase_settings(phase_sections(s, 2), 2).beta == two.beta
+    assert phase_settings(phase_sections(s, 2), 2).lora_r == 8
+
+
+def test_format_reward_only_when_switched_on():
+    p = repo_params()
+    p["rewards"]["format_reward"] = 0.05
+    assert phase_settings(phase_sections(p, 1), 1).env.rewards.format_reward == 0.0
+    p["grpo"]["format_reward"] = True
+    assert phase_settings(phase_sections(p, 1), 1).env.rewards.format_reward == 0.05
+    p["rewards"]["format_reward"] = 0.0
+    with pytest.raises(ValueError, match="format_reward"):
+        phase_settings(phase_sections(p, 1), 1)
+
+
+def test_grpo_config_carries_the_phase(tmp_path):
+    p = repo_params()
+    settings = phase_settings(phase_sections(p, 2), 2)
+    config = grpo_config(settings, tmp_path / "ck", {"enable_thinking": False})
+    assert config.beta == p["grpo_phase2"]["beta"]
+    assert config.max_completion_length == p["grpo_phase2"]["max_completion_length"]
+    assert config.max_tool_calling_iterations == p["env"]["step_budget"]
+    assert config.mask_truncated_completions is True
+    assert config.reward_weights == [0.0] * len(COMPONENTS)
+    assert config.model_init_kwargs == {"dtype": p["model"]["dtype"]}
+    assert config.chat_template_kwargs == {"enable_thinking": False}
+    assert config.output_dir == str(tmp_path / "ck") and config.save_steps == p["grpo"]["checkpoint_every"]
+    assert config.report_to == [] or config.report_to == "none"
+
+
+# ------------------------------------------------------------------------------ reward components
+def _row(q: Question) -> dict:
+    return {**q.to_dict(), "prompt": [{"role": "system", "content": prompts.SYSTEM_PROMPT}, prompts.user_message(q)]}
+
+
+def _played_envs(db_dir) -> list[SQLAgentEnv]:
+    config = EnvConfig(rewards=dataclasses.replace(EnvConfig().rewards, format_reward=0.05))
+    right, sloppy = SQLAgentEnv(db_dir, config), SQLAgentEnv(db_dir, config)
+    for env in (right, sloppy):
+        env.reset(**_row(Q_COUNT))
+    right.describe(table_name="singer")
+    right.query(sql="SELECT count(*) FROM singer")
+    right.answer(value="5")
+    sloppy.query(sql="SELECT count(*) FROM concert")
+    sloppy.query(sql="SELECT count(*) FROM concert")  # a repeat
+    sloppy.answer(value="3")
+    sloppy.sample(table_name="singer")  # after the end
+    return [right, sloppy]
+
+
+def test_component_funcs_return_the_env_components(concert_db_dir):
+    envs = _played_envs(concert_db_dir)
+    funcs = component_reward_funcs()
+    assert [f.__name__ for f in funcs] == list(COMPONENTS)
+    columns = {f.__name__: f(environments=envs, completions=[[], []], completion_ids=[[], []]) for f in funcs}
+    for i, env in enumerate(envs):
+        assert {c: columns[c][i] for c in COMPONENTS} == env._episode["reward_components"]
+        assert sum(columns[c][i] for c in COMPONENTS) == pytest.approx(env.get_reward())
+    assert columns["correctness"] == [1.0, 0.0]
+    assert columns["repeat_penalty"][1] < 0 and columns["post_episode_penalty"][1] < 0
+    assert columns["format"] == [0.05, 0.05]
+
+
+def test_first_component_reports_diagnostics(concert_db_dir):
+    envs = _played_envs(concert_db_dir)
+    metrics, extra = {}, {}
+    component_reward_funcs()[0](
+        environments=envs, completions=[[], []], completion_ids=[[1, 2], [3]],
+        log_metric=metrics.__setitem__, log_extra=extra.__setitem__,
+    )  # fmt: skip
+    assert set(metrics) == set(EPISODE_METRICS)
+    assert metrics["episode/accuracy"] == 0.5 and metrics["episode/calls_after_answer"] == 0.5
+    assert metrics["episode/tokens"] == 1.5
+    assert extra["verdict"] == ["correct", "wrong"] and extra["question_id"] == ["q_count", "q_count"]
+    metrics.clear()
+    component_reward_funcs()[1](environments=envs, completions=[[], []], completion_ids=[[], []], log_metric=metrics.__setitem__)
+    assert metrics == {}  # reported once per batch, not once per component
+
+
+def test_episode_diagnostics_parse_rate_and_turns():
+    episode = {"steps": 2, "correct": False, "answered": True, "parse_failures": 1, "calls_after_end": 0,
+               "budget_exhausted": False}  # fmt: skip
+    completions = [
+        [
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "query"}}]},
+            {"role": "tool", "name": "query", "content": "x"},
+            {"role": "assistant", "content": '<tool_call>\n{"name": "answer", "arguments": {"value": </tool_call>'},
+        ],
+        [{"role": "assistant", "content": "I cannot help."}],
+    ]
+    d = episode_diagnostics([episode, episode], completions, [[0] * 10, [0] * 4])
+    assert d["episode/tool_call_parse_rate"] == 0.5  # one parsed, one that fell back to text
+    assert d["episode/turns"] == 1.5 and d["episode/tokens"] == 7 and d["episode/argument_error_rate"] == 0.5
+    nothing = episode_diagnostics([episode], [[{"role": "assistant", "content": "hi"}]], [[0]])
+    assert nothing["episode/tool_call_parse_rate"] != nothing["episode/tool_call_parse_rate"]  # NaN: nothing tried
+
+
+# ----------------------------------------------------------------------------------- checkpoints
+def _fake_checkpoint(root: Path, step: int, run_key: dict | None, state_step: int | None = None):
+    folder = root / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    if state_step is not None:
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": state_step}))
+    if run_key is not None:
+        (folder / CHECKPOINT_MARKER).write_text(json.dumps({"run_key": run_key, "step": step, "elapsed_s": 12.5}))
+    return folder
+
+
+def test_prepare_checkpoints_resumes_only_complete_same_run(tmp_path):
+    key = {"params_hash": "abc", "start_fingerprint": "f00"}
+    root = tmp_path / "ck"
+    assert prepare_checkpoints(root, key).checkpoint is None
+    _fake_checkpoint(root, 2, key, 2)
+    _fake_checkpoint(root, 4, key, 4)
+    _fake_checkpoint(root, 6, None, 6)  # killed before our marker: incomplete
+    _fake_checkpoint(root, 8, key, None)  # killed before trainer_state.json
+    resume = prepare_checkpoints(root, key)
+    assert (resume.checkpoint, resume.step, resume.elapsed_s) == (root / "checkpoint-4", 4, 12.5)
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-2", "checkpoint-4"]
+    other = prepare_checkpoints(root, {**key, "start_fingerprint": "new model"})
+    assert other.checkpoint is None and "starting fresh" in other.reason and not root.exists()
+
+
+# ------------------------------------------------------------------------------------------ few-shot
+def test_few_shot_prompt_shows_worked_oracle_episodes(concert_db_dir):
+    from fixtures_env import QUESTIONS
+
+    examples = few_shot_examples(QUESTIONS, concert_db_dir, EnvConfig(), k=2, seed=0)
+    assert len(examples) == 2 and all(e.correct for e in examples)
+    text = few_shot_system_prompt(examples)
+    assert text.startswith(prompts.SYSTEM_PROMPT) and text.count("Example ") == 2
+    for e in examples:
+        assert e.messages[1]["content"] in text  # the question with its tables
+        assert f'Call: answer {json.dumps({"value": e.answer})}' in text
+
+
+def test_completion_only_logprobs_match_trl_default(tmp_path):
+    import torch
+    import trl.trainer.utils as trl_utils
+    from transformers import AutoModelForCausalLM
+
+    from sqlenv.tiny_model import build_tiny_model
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "tiny", dtype="float32"))
+    trl_utils.add_fused_lm_head(model, temperature=0.9, outputs=("log_probs", "entropy"))
+    ids = torch.randint(0, 151_000, (2, 40), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    labels[:, :30] = -100  # a prompt of 30 tokens, 10 completion tokens scored
+    original = trl_utils._use_triton
+    default = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    with completion_only_logprobs_on_cpu():
+        assert trl_utils._use_triton(torch.device("cpu"))
+        compact = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    assert trl_utils._use_triton is original
+    assert torch.allclose(default.log_probs, compact.log_probs, atol=1e-5)
+    assert torch.allclose(default.entropy, compact.entropy, atol=1e-4)
+    assert (compact.log_probs[:, :29] == 0).all() and (compact.log_probs[:, 30:] != 0).all()
+
+
+# ------------------------------------------------------------- TRL end to end (scripted model turns)
+SCRIPTS = [
+    [("describe", {"table_name": "singer"}), ("query", {"sql": "SELECT count(*) FROM singer"}), ("answer", {"value": "5"})],
+    [("describe", {"table_name": "singer"}), ("query", {"sql": "SELECT count(*) FROM concert"}), ("answer", {"value": "3"})],
+    [("query", {"statement": "SELECT 1"}), ("describe", {"table_name": "singers"}), ("answer", {"value": "42"}),
+     ("query", {"sql": "SELECT 1"})],
+]  # fmt: skip
+COUNT_QUESTIONS = [
+    Question(id=f"count_{i}", db_id="concert", question=text, gold_sql="SELECT count(*) FROM singer", tables=("singer",))
+    for i, text in enumerate(["How many singers are there?", "Count the singers.", "What is the number of singers?",
+                              "How many singers does the database list?"])
+]  # fmt: skip
+
+
+def _scripted_generation(trainer, tokenizer):
+    """Replace the model's sampling by scripted turns: rollout i of a batch plays SCRIPTS[i % 3], then
+    a plain reply. TRL passes only the rollouts that made a tool call, in order, to later turns."""
+    turns = [
+        ['<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call><|im_end|>' % (n, json.dumps(a)) for n, a in s]
+        + [prompts.FINAL_REPLY + "<|im_end|>"]
+        for s in SCRIPTS
+    ]
+    state = {"active": [], "turn": {}}
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if not state["active"]:  # a new generation batch
+            state["active"], state["turn"] = list(range(len(prompt_ids))), {}
+        assert len(prompt_ids) == len(state["active"])
+        out, still = [], []
+        for rollout in state["active"]:
+            script = turns[rollout % len(turns)]
+            k = state["turn"].get(rollout, 0)
+            state["turn"][rollout] = k + 1
+            out.append(tokenizer(script[min(k, len(script) - 1)], add_special_tokens=False).input_ids)
+            if k < len(script) - 1:
+                still.append(rollout)
+        state["active"] = still
+        return out, None
+
+    trainer._generate_single_turn = generate
+
+
+@pytest.fixture(scope="module")
+def scripted_run(tmp_path_factory, concert_db_dir):
+    from transformers import AutoTokenizer, TrainerCallback
+
+    from sqlenv.tiny_model import build_tiny_model
+
+    root = tmp_path_factory.mktemp("grpo")
+    tiny = build_tiny_model(root / "tiny", dtype="float32")
+    questions = root / "train.jsonl"
+    questions.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in COUNT_QUESTIONS))
+    p = repo_params()
+    p["model"]["dtype"] = "float32"
+    p["grpo"].update(beta=0.0, batch_size=3, checkpoint_every=1, lora_r=4, lora_alpha=8, few_shot_steps=1)
+    p["grpo_phase1"].update(max_steps=2, num_generations=3, max_completion_length=768)
+    settings = phase_settings(phase_sections(p, 1), 1)
+    steps = []
+
+    class Recorder(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            logs = trainer._logs
+            steps.append({"prompt": copy.deepcopy(list(logs["prompt"])), "completion": copy.deepcopy(list(logs["completion"])),
+                          "rewards": {k: list(v) for k, v in logs["rewards"].items()}, "advantages": list(logs["advantages"]),
+                          "extra": {k: list(v) for k, v in logs["extra"].items()},
+                          "transcripts": sample_transcripts(logs, state.global_step, 2)})  # fmt: skip
+
+    key = {"params_hash": "test", "start_fingerprint": "tiny"}
+    trainer = build_trainer(settings, model_path=tiny, questions_file=questions, db_dir=concert_db_dir,
+                            checkpoint_dir=root / "ck", callbacks=[Recorder(), checkpoint_marker_callback(key)])  # fmt: skip
+    _scripted_generation(trainer, AutoTokenizer.from_pretrained(tiny))
+    with completion_only_logprobs_on_cpu():  # as the stage trains
+        trainer.train()
+    return {"trainer": trainer, "steps": steps, "root": root, "tiny": tiny, "key": key}
+
+
+def test_trl_appends_env_reward_with_weight_one_after_zero_weight_components(scripted_run):
+    trainer = scripted_run["trainer"]
+    assert trainer.reward_func_names == [*COMPONENTS, ENV_REWARD_NAME]
+    assert trainer.reward_weights.tolist() == [0.0] * len(COMPONENTS) + [1.0]
+
+
+def test_components_are_logged_and_do_not_move_the_advantage(scripted_run):
+    for step in scripted_run["steps"]:
+        rewards, n = step["rewards"], len(step["advantages"])
+        assert n == 3  # one question x 3 generations, one group
+        env = rewards[ENV_REWARD_NAME]
+        for i in range(n):
+            assert sum(rewards[c][i] for c in COMPONENTS) == pytest.approx(env[i], abs=1e-6)
+        assert rewards["correctness"] == [1.0, 0.0, 0.0]
+        mean, std = statistics.fmean(env), statistics.stdev(env)  # TRL: Bessel-corrected group std
+        assert step["advantages"] == pytest.approx([(r - mean) / (std + 1e-4) for r in env], abs=1e-5)
+        assert step["extra"]["verdict"] == ["correct", "wrong", "wrong"]
+
+
+def test_per_step_metrics_and_curve(scripted_run):
+    history = scripted_run["trainer"].state.log_history
+    rows = curve_rows(history)
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["episode/accuracy"] == pytest.approx(1 / 3)
+        assert row["episode/tool_call_parse_rate"] == 1.0
+        assert row["episode/calls_after_answer"] == pytest.approx(1 / 3)
+        assert row["episode/turns"] == pytest.approx((4 + 4 + 5) / 3)
+        assert row["tools/call_frequency"] == pytest.approx((3 + 3 + 4) / 3)
+        assert row["rewards/correctness/mean"] == pytest.approx(1 / 3)
+        assert row["frac_reward_zero_std"] == 0.0
+    summary = summarize_curve(rows)
+    assert summary["accuracy_mean"] == pytest.approx(1 / 3) and summary["steps_logged"] == 2
+
+
+def test_few_shot_examples_only_for_the_first_steps(scripted_run):
+    first, second = (s["prompt"][0][0]["content"] for s in scripted_run["steps"])
+    assert first.startswith(prompts.SYSTEM_PROMPT) and "Worked examples" in first
+    assert second == prompts.SYSTEM_PROMPT
+    shown = {q.question for q in COUNT_QUESTIONS if q.question in first}
+    asked = {s["prompt"][0][1]["content"].split("\n\n")[0] for s in scripted_run["steps"]}
+    assert len(shown) == 2 and not shown & asked  # a question whose answer is shown is never trained on
+
+
+def test_transcripts_hold_full_episodes(scripted_run):
+    records = scripted_run["steps"][0]["transcripts"]
+    assert len(records) == 2
+    for r in records:
+        roles = [m["role"] for m in r["messages"]]
+        assert roles[:3] == ["system", "user", "assistant"] and "tool" in roles
+        assert set(r["reward_components"]) == set(COMPONENTS) and r["verdict"] in ("correct", "wrong")
+        assert r["reward"] == pytest.approx(sum(r["reward_components"].values()), abs=1e-6)
+
+
+def test_checkpoints_are_marked_and_resumable(scripted_run):
+    root, key = scripted_run["root"], scripted_run["key"]
+    marker = json.loads((root / "ck" / "checkpoint-2" / CHECKPOINT_MARKER).read_text())
+    assert marker["run_key"] == key and marker["step"] == 2
+    assert (root / "ck" / "checkpoint-2" / "optimizer.pt").is_file() and (root / "ck" / "checkpoint-2" / "rng_state.pth").is_file()
+    assert prepare_checkpoints(root / "ck", key).checkpoint == root / "ck" / "checkpoint-2"
+
+
+def test_final_model_is_merged_and_plain(scripted_run, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    trainer, tiny = scripted_run["trainer"], scripted_run["tiny"]
+    out = tmp_path / "model"
+    out.mkdir()
+    fingerprint = save_final_model(trainer, tiny, out, {"stage": "grpo_phase1", "dtype": "float32"})
+    names = {p.name for p in out.iterdir()}
+    assert not any(n.startswith("adapter") for n in names) and "model.safetensors" in names
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert hashlib.sha256((out / name).read_bytes()).digest() == hashlib.sha256((tiny / name).read_bytes()).digest()
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["fingerprint"] == fingerprint and provenance["training"][-1]["stage"] == "grpo_phase1"
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert not any("lora" in n for n, _ in model.named_parameters())

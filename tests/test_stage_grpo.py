@@ -1,0 +1,158 @@
+"""The grpo_phase1/grpo_phase2 stages as DVC runs them: outs, metrics, MLflow run contents, kill-and-resume."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import yaml
+
+from fixtures_env import QUESTIONS, make_concert_db
+from sqlenv.grpo_outputs import CHECKPOINT_MARKER, CURVE_COLUMNS
+from sqlenv.rewards import COMPONENTS
+from sqlenv.tiny_model import build_tiny_model
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL_FILES = {"config.json", "generation_config.json", "model.safetensors", "provenance.json", "tokenizer.json",
+               "tokenizer_config.json", "chat_template.jinja"}  # fmt: skip
+
+
+def tiny_params(**grpo) -> dict:
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["model"]["dtype"] = "float32"
+    p["grpo"].update({"batch_size": 2, "gradient_accumulation_steps": 1, "checkpoint_every": 1, "transcripts_every": 1,
+                      "transcripts_per_log": 2, "lora_r": 4, "lora_alpha": 8, **grpo})  # fmt: skip
+    for phase in ("grpo_phase1", "grpo_phase2"):
+        p[phase].update(max_steps=2, num_generations=2, max_completion_length=24)
+    return p
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """A repo-shaped folder (params, questions, the concert database, a tiny model standing in for
+    models/sft) after an uninterrupted phase 1."""
+    root = tmp_path_factory.mktemp("grpo_stage")
+    make_concert_db(root / "data" / "databases")
+    rows = [{**q.to_dict(), "hardness": "medium" if q.id == "q_join" else "easy"} for q in QUESTIONS]
+    (root / "data" / "questions").mkdir(parents=True)
+    (root / "data" / "questions" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build_tiny_model(root / "models" / "sft", dtype="float32")
+    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params()))
+    run_stage(root, 1)
+    return root
+
+
+def stage_env(root: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "DVC_ROOT": str(root),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+
+
+def run_stage(root: Path, phase: int) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "stages.grpo", "--phase", str(phase)], cwd=root,
+                          env=stage_env(root), capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def stage_runs(root: Path, stage: str):
+    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=["sqlenv"], filter_string=f"tags.stage = '{stage}'", output_format="list")
+
+
+def check_outputs(root: Path, stage: str, steps: int) -> dict:
+    files = {p.name for p in (root / "models" / stage).iterdir()}
+    assert MODEL_FILES <= files and not any(f.startswith("adapter") for f in files), files
+    curve = pd.read_csv(root / "reports" / stage / "curve.csv")
+    assert list(curve.columns) == list(CURVE_COLUMNS)
+    assert curve["step"].tolist() == list(range(1, steps + 1))
+    metrics = json.loads((root / "reports" / stage / "metrics.json").read_text())
+    assert metrics["steps"] == steps and metrics["model_fingerprint"]
+    for key in ("reward_final", "reward_first_quarter", "reward_last_quarter", "accuracy_mean", "wall_time_s"):
+        assert key in metrics
+    assert not (root / "checkpoints" / stage).exists()  # removed once the outs are written
+    return metrics
+
+
+def test_phase1_outs_and_mlflow_run(workspace):
+    root = workspace
+    m1 = check_outputs(root, "grpo_phase1", 2)
+    assert m1["resumed_from_step"] == 0
+
+    (run,) = stage_runs(root, "grpo_phase1")  # one run per stage execution: TRL did not open a second one
+    assert run.info.status == "FINISHED"
+    metric_keys = set(run.data.metrics)
+    for c in COMPONENTS:
+        assert f"rewards/{c}/mean" in metric_keys
+    for key in ("reward", "reward_std", "frac_reward_zero_std", "loss", "kl", "entropy", "tools/call_frequency",
+                "tools/failure_frequency", "episode/turns", "episode/tokens", "episode/calls_after_answer"):
+        assert key in metric_keys, key
+    client = mlflow.MlflowClient()
+    history = client.get_metric_history(run.info.run_id, "reward")
+    assert sorted(m.step for m in history) == [1, 2]
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"transcripts", "transcripts.json", "metrics.json", "curve.csv"} <= artifacts
+    transcripts = client.list_artifacts(run.info.run_id, "transcripts")
+    assert [a.path for a in transcripts] == ["transcripts/step_00001.jsonl", "transcripts/step_00002.jsonl"]
+    record = json.loads(Path(client.download_artifacts(run.info.run_id, transcripts[0].path)).read_text().splitlines()[0])
+    assert record["messages"][0]["role"] == "system" and record["verdict"] in ("correct", "wrong", "unanswered")
+    assert set(record["reward_components"]) == set(COMPONENTS)
+    assert run.data.params["grpo.beta"] == "0.04" and "grpo_phase2.beta" not in run.data.params
+
+
+def test_phase2_starts_from_phase1(workspace):
+    root = workspace
+    m1 = json.loads((root / "reports" / "grpo_phase1" / "metrics.json").read_text())
+    run_stage(root, 2)
+    m2 = check_outputs(root, "grpo_phase2", 2)
+    assert m2["start_fingerprint"] == m1["model_fingerprint"]  # phase 2 starts where phase 1 ended
+    provenance = json.loads((root / "models" / "grpo_phase2" / "provenance.json").read_text())
+    assert [t["stage"] for t in provenance["training"]] == ["grpo_phase1", "grpo_phase2"]
+    (run2,) = stage_runs(root, "grpo_phase2")
+    assert "kl" not in run2.data.metrics or run2.data.metrics["kl"] == 0.0  # beta 0: no reference model
+    assert "grpo_phase1.max_steps" not in run2.data.params
+
+
+def test_killed_phase_resumes_from_its_checkpoint(workspace, tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(workspace / "data", root / "data")
+    shutil.copytree(workspace / "models" / "sft", root / "models" / "sft")
+    params = tiny_params(transcripts_every=0)
+    params["grpo_phase1"]["max_steps"] = 3  # two steps of margin to kill it after the first checkpoint
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    ckpt = root / "checkpoints" / "grpo_phase1"
+    proc = subprocess.Popen([sys.executable, "-m", "stages.grpo", "--phase", "1"], cwd=root, env=stage_env(root),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not (ckpt / "checkpoint-1" / CHECKPOINT_MARKER).exists():
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint after 10 minutes"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # a crash: no cleanup, no outs
+    proc.wait()
+    assert not (root / "models" / "grpo_phase1").exists()
+
+    result = run_stage(root, 1)
+    assert "resuming from" in result.stderr
+    metrics = check_outputs(root, "grpo_phase1", 3)
+    assert metrics["resumed_from_step"] == 1
+    reference = json.loads((workspace / "reports" / "grpo_phase1" / "metrics.json").read_text())
+    assert set(metrics) == set(reference)  # same shape as the uninterrupted run
+    runs = sorted(stage_runs(root, "grpo_phase1"), key=lambda r: r.info.start_time)
+    assert len(runs) == 2 and runs[1].data.tags["resumed_from_step"] == "1"
+    steps = [m.step for m in mlflow.MlflowClient().get_metric_history(runs[1].info.run_id, "reward")]
+    assert sorted(steps) == [1, 2, 3]  # the resumed run replays step 1 from the checkpoint's log history
+
+
+def test_missing_start_model_fails_cleanly(tmp_path):
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params()))
+    proc = subprocess.run([sys.executable, "-m", "stages.grpo", "--phase", "2"], cwd=tmp_path, env=stage_env(tmp_path),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "models/grpo_phase1" in proc.stderr
