@@ -137,20 +137,6 @@ class GRPOPhase2Params(GRPOPhaseParams):
     beta: float
 
 
-EvalSet = Literal["n50", "n200"]
-
-
-@dataclass(frozen=True)
-class EvalSetsParams:
-    random: EvalSet
-    base: EvalSet
-    base_1shot: EvalSet
-    base_3shot: EvalSet
-    sft: EvalSet
-    grpo_phase1: EvalSet
-    grpo_phase2: EvalSet
-
-
 @dataclass(frozen=True)
 class EvaluateParams:
     batch_size: int
@@ -160,7 +146,6 @@ class EvaluateParams:
     temperature: float
     top_p: float
     few_shot_seed: int
-    sets: EvalSetsParams
 
 
 @dataclass(frozen=True)

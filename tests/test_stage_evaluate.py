@@ -14,28 +14,34 @@ def workdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("eval")
     params = small_params()
     params["evaluate"].update(batch_size=8, max_new_tokens=16, max_total_tokens=96)
-    params["evaluate"]["sets"].update(random="n200", base="n50")
     params["env"]["step_budget"] = 4
     run_stage(root, "prepare", params=params)
     build_tiny_model(root / "models" / "base")
     return root
 
 
-def test_random_on_n200_also_reports_n50(workdir):
-    run_stage(workdir, "evaluate", "--policy", "random")
+RANDOM_N200 = ("--policy", "random", "--set", "n200", "--source", "data/databases")
+RANDOM_N50 = ("--policy", "random", "--set", "n50", "--source", "reports/eval/random_n200/samples.jsonl")
+
+
+def test_random_on_n200_and_n50_read_off_it(workdir):
+    run_stage(workdir, "evaluate", *RANDOM_N200)
+    run_stage(workdir, "evaluate", *RANDOM_N50)
     for name, n in (("random_n200", 30), ("random_n50", 10)):
         metrics = json.loads((workdir / "reports/eval" / name / "metrics.json").read_text())
         samples = (workdir / "reports/eval" / name / "samples.jsonl").read_text().splitlines()
         assert metrics["n"] == n == len(samples)
         assert metrics["metrics"]["n"] == n and 0.0 <= metrics["metrics"]["accuracy"] <= 1.0
         assert metrics["model"]["path"] is None and metrics["verifier_version"]
-    n50_ids = {json.loads(s)["question_id"] for s in (workdir / "reports/eval/random_n50/samples.jsonl").open()}
-    n200_ids = {json.loads(s)["question_id"] for s in (workdir / "reports/eval/random_n200/samples.jsonl").open()}
-    assert n50_ids < n200_ids
+    n50 = {json.loads(s)["question_id"]: s for s in (workdir / "reports/eval/random_n50/samples.jsonl").open()}
+    n200 = {json.loads(s)["question_id"]: s for s in (workdir / "reports/eval/random_n200/samples.jsonl").open()}
+    assert set(n50) < set(n200)
+    assert all(n50[q] == n200[q] for q in n50)  # the same episodes, not a second run
+    assert json.loads((workdir / "reports/eval/random_n50/metrics.json").read_text())["played_on"] == "n200"
 
 
 def test_model_policy_and_report(workdir):
-    run_stage(workdir, "evaluate", "--policy", "base")
+    run_stage(workdir, "evaluate", "--policy", "base", "--set", "n50", "--source", "models/base")
     metrics = json.loads((workdir / "reports/eval/base_n50/metrics.json").read_text())
     assert metrics["set"] == "n50" and metrics["n"] == 10
     assert metrics["model"]["fingerprint"] and metrics["generation"]["do_sample"] is False
@@ -43,13 +49,18 @@ def test_model_policy_and_report(workdir):
     assert [m["role"] for m in record["messages"][:2]] == ["system", "user"]
     assert not (workdir / "reports/eval/base_n200").exists()
 
-    run_stage(workdir, "evaluate", "--policy", "random")  # makes random_n50 for the pairing
+    run_stage(workdir, "evaluate", *RANDOM_N200)  # random_n50 pairs with base_n50
+    run_stage(workdir, "evaluate", *RANDOM_N50)
     run_stage(workdir, "report")
     report = (workdir / "reports/report.md").read_text()
     assert "random" in report and "base" in report and "McNemar" in report
 
 
 def test_missing_model_fails_cleanly(workdir):
-    proc = run_stage(workdir, "evaluate", "--policy", "sft", expect_ok=False)
+    proc = run_stage(workdir, "evaluate", "--policy", "sft", "--set", "n200", "--source", "models/sft",
+                     expect_ok=False)
     assert proc.returncode == 1 and "models/sft" in proc.stderr and "Traceback" not in proc.stderr
     assert not (workdir / "reports/eval/sft_n200").exists()
+    proc = run_stage(workdir, "evaluate", "--policy", "sft", "--set", "n50",
+                     "--source", "reports/eval/sft_n200/samples.jsonl", expect_ok=False)
+    assert proc.returncode == 1 and "sft_n200/samples.jsonl" in proc.stderr
