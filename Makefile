@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: run test install bench clean-venv
+.PHONY: run test smoke install bench clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ run: $(VENV)/.model
 
 test: $(VENV)/.deps
 	pytest -q
+
+# The whole DAG with a tiny random model in a throw-away copy (also part of `make test`).
+smoke: $(VENV)/.deps
+	python -m pipeline.smoke
 
 bench: $(VENV)/.deps
 	python bench/bench_env.py --out reports/bench/env.json
