@@ -350,6 +350,11 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
         learning_rate=settings.learning_rate,
         lr_scheduler_type="constant",  # a dozen steps: a decaying schedule would waste the last ones
         beta=settings.beta,
+        # Advantage = reward - group mean, not divided by the group's std (Dr. GRPO). With TRL's default
+        # "group" scaling, a group whose answers are all equally wrong still gets unit-size advantages
+        # from shaping noise alone (measured: reward std 0.012 from step costs became +-1 advantages,
+        # i.e. "make fewer calls"), which breaks "correctness is the gate, shaping terms stay small".
+        scale_rewards="none",
         num_generations=settings.num_generations,
         per_device_train_batch_size=plan.per_device_train_batch_size,
         gradient_accumulation_steps=plan.gradient_accumulation_steps,

@@ -333,6 +333,7 @@ def save_merged(
     *,
     base_path: str | os.PathLike[str],
     base_tag_rows: Any | None = None,
+    trained_rows: dict[str, int] | None = None,
     extra_provenance: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Save the merged model, its tokenizer (chat template included) and provenance into `out_dir`.
@@ -367,9 +368,11 @@ def save_merged(
         "upstream": base.get("upstream"),
         "chat_template": base.get("chat_template", {}),
         "chat_template_kwargs": base.get("chat_template_kwargs", {}),
-        # Every row provenance listed as untrained was trained here (trainable_token_indices).
-        "untrained_tokens": {},
-        "trained_token_rows": base.get("untrained_tokens", {}),
+        # The rows the base listed as untrained are among the trained ones (`trainable_token_ids`).
+        "untrained_tokens": {
+            t: i for t, i in base.get("untrained_tokens", {}).items() if i not in (trained_rows or {}).values()
+        },
+        "trained_token_rows": trained_rows or {},
         "tag_rows_changed": changed,
         "dtype": str(model.dtype).replace("torch.", ""),
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -407,21 +410,14 @@ def train_sft(
     *,
     output_dir: str | os.PathLike[str] = "checkpoints/sft",
     callbacks: Sequence[Any] = (),
-    on_trainer: Any = None,
 ) -> SFTResult:
-    """Select, tokenise and train; merge and save the final model into `out_dir`.
-
-    `on_trainer(trainer)` (optional) is called once the trainer exists, before training (a hook for the
-    caller, e.g. to check where its logs go).
-    """
+    """Select, tokenise and train; merge and save the final model into `out_dir`."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     chosen = select_examples(records, config.max_examples, config.seed)
     dataset, stats = build_dataset(chosen, tokenizer, config.max_length)
     trainer = build_trainer(model_path, dataset, config, output_dir, callbacks)
-    if on_trainer is not None:
-        on_trainer(trainer)
     before = tag_rows(trainer.model, tokenizer)
     t0 = time.monotonic()
     with compact_lm_head():
@@ -435,7 +431,9 @@ def train_sft(
         out_dir,
         base_path=model_path,
         base_tag_rows=before,
-        extra_provenance={"sft": {"examples": stats.examples, "steps": trainer.state.global_step}},
+        # With LoRA these rows are the trainable_token_indices; full fine-tuning trains every row anyway.
+        trained_rows={tokenizer.convert_ids_to_tokens(i): i for i in trainable_token_ids(model_path, tokenizer)},
+        extra_provenance={"sft": {"examples": stats.examples, "steps": trainer.state.global_step, "lora": config.lora}},
     )
     steps = trainer.state.global_step
     return SFTResult(

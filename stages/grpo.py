@@ -78,7 +78,8 @@ def main(phase: int) -> None:
         t0 = time.monotonic()
         with completion_only_logprobs_on_cpu():
             trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
-        wall = resume.elapsed_s + time.monotonic() - t0
+        train_s = time.monotonic() - t0
+        wall = resume.elapsed_s + train_s  # training time across resumes (to the last checkpoint before a kill)
 
         info = {"stage": stage, "steps": trainer.state.global_step, "params_hash": run_key["params_hash"],
                 "dtype": settings.dtype, "lora": settings.lora}  # fmt: skip
@@ -94,7 +95,7 @@ def main(phase: int) -> None:
             "steps": trainer.state.global_step,
             "resumed_from_step": resume.step,
             "wall_time_s": round(wall, 1),
-            "seconds_per_step": round((time.monotonic() - t0) / steps_run, 2) if steps_run else None,
+            "seconds_per_step": round(train_s / steps_run, 2) if steps_run else None,
             "rollouts_per_step": plan.generation_batch_size,
             "model_fingerprint": fingerprint,
             "start_fingerprint": start_fp,

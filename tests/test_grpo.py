@@ -130,6 +130,7 @@ def test_grpo_config_carries_the_phase(tmp_path):
     assert config.max_completion_length == p["grpo_phase2"]["max_completion_length"]
     assert config.max_tool_calling_iterations == p["env"]["step_budget"]
     assert config.mask_truncated_completions is True
+    assert config.scale_rewards == "none"
     assert config.reward_weights == [0.0] * len(COMPONENTS)
     assert config.model_init_kwargs == {"dtype": p["model"]["dtype"]}
     assert config.chat_template_kwargs == {"enable_thinking": False}
@@ -356,8 +357,8 @@ def test_components_are_logged_and_do_not_move_the_advantage(scripted_run):
         for i in range(n):
             assert sum(rewards[c][i] for c in COMPONENTS) == pytest.approx(env[i], abs=1e-6)
         assert rewards["correctness"] == [1.0, 0.0, 0.0]
-        mean, std = statistics.fmean(env), statistics.stdev(env)  # TRL: Bessel-corrected group std
-        assert step["advantages"] == pytest.approx([(r - mean) / (std + 1e-4) for r in env], abs=1e-5)
+        mean = statistics.fmean(env)  # scale_rewards="none": advantage = reward - group mean
+        assert step["advantages"] == pytest.approx([r - mean for r in env], abs=1e-5)
         assert step["extra"]["verdict"] == ["correct", "wrong", "wrong"]
 
 
