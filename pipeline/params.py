@@ -103,6 +103,7 @@ class SFTParams:
     lora_dropout: float
     logging_steps: int
     post_check_episodes: int
+    post_check_max_tokens: int
 
 
 @dataclass(frozen=True)

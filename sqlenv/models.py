@@ -407,9 +407,11 @@ def prepare_base_model(
             versions={k: _version(k) for k in ("transformers", "trl", "torch", "gguf", "tokenizers")},
             fingerprint=model_fingerprint(tmp),
             size_bytes=sum(f.stat().st_size for f in tmp.iterdir() if f.is_file()),
-            conversion={"wall_s": round(time.monotonic() - t0, 1), "peak_rss_mb": _peak_rss_mb()},
         )
+        # The folder is a DVC out: only deterministic facts go on disk, so a rebuild is byte-identical
+        # and does not invalidate the stages downstream. Timing comes back to the caller only.
         (tmp / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        prov["conversion"] = {"wall_s": round(time.monotonic() - t0, 1), "peak_rss_mb": _peak_rss_mb()}
         readable_files(tmp)
         _replace_dir(tmp, out_dir)
     except BaseException:

@@ -73,9 +73,9 @@ class TrainConfig:
 
     @classmethod
     def from_params(cls, sft: dict[str, Any], **extra: Any) -> "TrainConfig":
-        """From the `sft` params section (its post-check knob is the stage's, not training's) plus `extra`."""
+        """From the `sft` params section (its `post_check_*` knobs are the stage's, not training's) plus `extra`."""
         known = set(cls.__dataclass_fields__)
-        unknown = set(sft) - known - {"post_check_episodes"}
+        unknown = {k for k in sft if k not in known and not k.startswith("post_check_")}
         if unknown:
             raise ValueError(f"unknown sft training key(s) {sorted(unknown)}")
         return cls(**{k: v for k, v in sft.items() if k in known}, **extra)
@@ -461,6 +461,7 @@ def post_check(
     db_dir: str | os.PathLike[str],
     env_config: Any,
     batch_size: int = 8,
+    max_total_tokens: int = 1024,
 ) -> list[Any]:
     """Load the saved model from disk and play `questions` greedily with the rollout runner."""
     import torch
@@ -480,6 +481,7 @@ def post_check(
         env_config=env_config,
         gen=GenerationSettings(),
         batch_size=batch_size,
+        max_total_tokens=max_total_tokens,
         progress=False,
         chat_template_kwargs=chat_template_kwargs(model_dir),
     )

@@ -55,6 +55,7 @@ def main() -> None:
             "untrained_tokens": prov.get("untrained_tokens", {}),
             "size_bytes": prov.get("size_bytes"),
             "wall_s": round(time.monotonic() - t0, 1),
+            "conversion": prov.get("conversion"),  # wall time and peak memory (kept out of the DVC out)
         }
         atomic_write_json(paths.metrics_file(STAGE), metrics)
         log_metrics({k: metrics[k] for k in ("parameters", "size_bytes", "wall_s")})

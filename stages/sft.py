@@ -75,7 +75,12 @@ def main() -> None:
         n50 = [Question.from_dict(r) for r in read_jsonl(paths.questions_file("n50"))]
         questions = post_check_questions(n50, params.sft.post_check_episodes, params.seed)
         t1 = time.monotonic()
-        episodes = post_check(OUT, questions, db_dir=paths.DATABASES, env_config=env_config) if questions else []
+        episodes = (
+            post_check(OUT, questions, db_dir=paths.DATABASES, env_config=env_config,
+                       max_total_tokens=params.sft.post_check_max_tokens)
+            if questions
+            else []
+        )
         close_shared_sandboxes()
         check = episode_metrics(episodes) if episodes else {"n": 0}
         metrics = {
