@@ -19,7 +19,7 @@ def test_smoke_dag(tmp_path):
     result = json.loads(out.read_text())
     ran = set(result["stages_run"])
     assert STAGES <= ran
-    assert {"evaluate@random_n200", "evaluate@sft_n200", "evaluate@grpo_phase2_n50"} <= ran
+    assert {"evaluate@random_n200", "evaluate@random_n50", "evaluate@sft_n50", "evaluate@grpo_phase2_n50"} <= ran
     assert "grpo_phase1" in result["sweep_stages_run"] and "prepare" not in result["sweep_stages_run"]
     report = (tmp_path / "repo" / "reports" / "report.md").read_text()
     assert "grpo_phase2" in report
