@@ -454,6 +454,11 @@ def build_trainer(
         )  # fmt: skip
     config = grpo_config(settings, checkpoint_dir, template_kwargs(model_path, settings.enable_thinking))
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is "experimental" in 1.16
+    # GRPOTrainer wraps the model in LoRA before transformers' Trainer seeds: seed first, so the adapters
+    # start the same whatever the process did before.
+    from transformers import set_seed
+
+    set_seed(settings.seed)
     return _trainer_class()(
         model=str(model_path),
         reward_funcs=component_reward_funcs(),

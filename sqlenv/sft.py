@@ -207,9 +207,12 @@ def build_trainer(
     forward pass to every step. Nothing is saved under `output_dir` (`save_strategy="no"`).
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import SFTConfig, SFTTrainer
 
+    # The LoRA matrices are initialised here, before the Trainer seeds anything: seed first, so the
+    # same params give the same adapters whatever the process did before.
+    set_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, config.dtype))
     if config.lora:

@@ -218,6 +218,20 @@ def test_two_step_lora_run_saves_a_merged_model_with_trained_tool_tag_rows(tiny,
     assert provenance["fingerprint"] == result.provenance["fingerprint"]
 
 
+def test_same_config_gives_the_same_weights_whatever_ran_before(tiny, world, tmp_path):
+    from safetensors.torch import load_file
+
+    config = TrainConfig(max_examples=4, gradient_accumulation_steps=2, learning_rate=1e-2, logging_steps=1, max_length=4096)
+    weights = []
+    for i in range(2):
+        torch.rand(7 + i)  # a different global RNG state before each run (as other work in the process would leave)
+        out = tmp_path / f"sft{i}"
+        train_sft(world[2], tiny, out, config, output_dir=tmp_path / f"checkpoints{i}")
+        weights.append(load_file(out / "model.safetensors"))
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
 def test_inspect_sft_prints_the_trained_tokens_bracketed(tiny, world, tmp_path, capsys):
     from sqlenv.inspect_sft import main
 
