@@ -14,10 +14,9 @@ MLflow UI lists an experiment's stages together and its compare view lines two e
 up. The parent is keyed by the DVC experiment name (`DVC_EXP_NAME`, set by `dvc exp run`,
 which `make run` uses), else by `SQLENV_PIPELINE_RUN` (set it to group a plain `dvc repro`),
 else by a hash of params.yaml (a plain `dvc repro` in the workspace: repros with the same
-params share a parent). It is created by
-the first stage that actually runs — stages DVC skips as cached create nothing — and carries
-params.yaml and dvc.lock as artifacts (re-logged by each stage, so it holds the lock as of
-the last stage that started).
+params share a parent). It is created by the first stage that actually runs — stages DVC
+skips as cached create nothing — and carries params.yaml and dvc.lock as artifacts (re-logged
+by each stage, so it holds the lock as of the last stage that started).
 """
 
 from __future__ import annotations
