@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlenv.types import TOOL_NAMES, Question, QueryResult
+from sqlenv.verifier import SHORT_FLOAT_CHARS, format_float
 
 if TYPE_CHECKING:  # the sandbox module is only needed for the type of `render_table_info`'s argument
     from sqlenv.sandbox import TableInfo
@@ -93,10 +93,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, str):
         return value.replace("\r", "\\r").replace("\n", "\\n") if ("\n" in value or "\r" in value) else value
     if isinstance(value, float):
-        # As `verifier.format_answer` writes floats: short reprs as they are, long ones to 10
-        # significant digits (0.1 + 0.2 shows as 0.3), which the verifier's tolerance accepts.
-        text = repr(value)
-        return text if len(text) <= 12 or not math.isfinite(value) else f"{value:.10g}"
+        return format_float(value)  # as the verifier writes answers, so the model can copy it
     if isinstance(value, (bytes, bytearray, memoryview)):
         return f"<blob {len(value)} bytes>"
     return str(value)
@@ -115,7 +112,7 @@ def _row_cells(row: Sequence[Any]) -> list[str]:
             cells.append(str(v))
         elif v is None:
             cells.append("NULL")
-        elif kind is float and len(text := repr(v)) <= 12:  # `_cell`'s rule for the common short float
+        elif kind is float and len(text := repr(v)) <= SHORT_FLOAT_CHARS:  # `format_float`, inlined
             cells.append(text)
         else:
             cells.append(_cell(v))

@@ -159,7 +159,7 @@ def _gold_cell(value: Any) -> _Cell:
         return _Cell(str(value), float(value), value, 0, False, None, str(value))
     if isinstance(value, float):
         exact = int(value) if value.is_integer() and abs(value) < 2**63 else None
-        return _Cell(_fold(repr(value)), value, exact, None, False, None, _format_float(value))
+        return _Cell(_fold(repr(value)), value, exact, None, False, None, format_float(value))
     if isinstance(value, (bytes, bytearray, memoryview)):
         text = f"<blob {len(bytes(value))} bytes>"
         return _Cell(text, None, None, None, False, None, text)
@@ -543,11 +543,17 @@ def verify(answer: str, gold_rows: Sequence[Sequence], ordered: bool) -> Verdict
     return Verdict(False, best_reason)
 
 
-def _format_float(x: float) -> str:
+# A float whose repr is at most this long is written as its repr; a longer one to 10 significant
+# digits (0.1 + 0.2 shows as 0.3), which the verifier's tolerance accepts.
+SHORT_FLOAT_CHARS = 12
+
+
+def format_float(x: float) -> str:
+    """A float as answers and tool results write it (the one rule, shared with `prompts`)."""
     if math.isinf(x) or math.isnan(x):
         return repr(x)
     r = repr(x)
-    return r if len(r) <= 12 else f"{x:.10g}"
+    return r if len(r) <= SHORT_FLOAT_CHARS else f"{x:.10g}"
 
 
 def _format_value(v: Any) -> str:
@@ -558,7 +564,7 @@ def _format_value(v: Any) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        return _format_float(v)
+        return format_float(v)
     if isinstance(v, (bytes, bytearray, memoryview)):
         return f"<blob {len(bytes(v))} bytes>"
     return str(v)
@@ -568,7 +574,7 @@ def _json_value(v: Any) -> Any:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return f"<blob {len(bytes(v))} bytes>"
     if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
-        return _format_float(v)
+        return format_float(v)
     return v
 
 
