@@ -310,3 +310,84 @@ def test_kept_cache_equals_a_fresh_forward(chaotic_model, tokenizer, concert_db_
             for (k, v), layer in zip(kv, fresh.layers):
                 assert torch.allclose(k, layer.keys[0], atol=1e-4, rtol=1e-4)
                 assert torch.allclose(v, layer.values[0], atol=1e-4, rtol=1e-4)
+
+
+def _prompt_contexts(tokenizer, concert_db_dir) -> list[list[int]]:
+    template = rollout_chat_template(tokenizer)
+    episodes = [Episode(q, db_dir=concert_db_dir) for q in QUESTIONS]
+    return [prompt_token_ids(tokenizer, e.messages, e.tools, template) for e in episodes]
+
+
+def test_stopped_rows_leave_the_batch_and_the_others_decode_unchanged(chaotic_model, tokenizer, concert_db_dir):
+    """Rows stop at different steps (a stop token, their own budgets) and are cut out of the batch as it
+    goes; every row's tokens equal that row decoded alone."""
+    contexts = _prompt_contexts(tokenizer, concert_db_dir)
+    contexts.append(contexts[1][:-3])  # a fourth row, shorter: left padding in the same batch
+    never = [-1]  # no stop token: each row decoded alone to 12 tokens
+
+    def alone(ctx):
+        gen = ModelGenerator(chaotic_model, GenerationSettings(), never, tokenizer.pad_token_id)
+        return gen.generate([0], [ctx], [12])[0]
+
+    with torch.no_grad():
+        free = [alone(ctx) for ctx in contexts]
+    stops = [free[0][2], free[1][6]]
+    budgets = [12, 12, 4, 9]
+
+    def truncated(tokens, budget):
+        end = next((i + 1 for i, tok in enumerate(tokens) if tok in stops), len(tokens))
+        return tokens[: min(end, budget)]
+
+    expected = [truncated(t, b) for t, b in zip(free, budgets)]
+    assert len({len(e) for e in expected}) >= 3  # rows really stop at different steps
+
+    rows_per_forward: list[int] = []
+    hook = chaotic_model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: rows_per_forward.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        with torch.no_grad():
+            gen = ModelGenerator(chaotic_model, GenerationSettings(), stops, tokenizer.pad_token_id)
+            batched = gen.generate([0, 1, 2, 3], contexts, budgets)
+    finally:
+        hook.remove()
+    assert batched == expected
+    assert rows_per_forward[0] == 4 and rows_per_forward[-1] < 4
+    assert rows_per_forward == sorted(rows_per_forward, reverse=True)
+    assert len(rows_per_forward) == max(len(e) for e in expected)  # no forward after the last row stopped
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [GenerationSettings(), GenerationSettings(do_sample=True, temperature=3.0, top_k=40, top_p=0.9, seed=7)],
+    ids=["greedy", "sampled"],
+)
+def test_decoding_equals_hf_generate(chaotic_model, tokenizer, concert_db_dir, settings):
+    """The runner's decode loop picks generate's tokens: greedy, and sampled from the same seed with the
+    same warpers (temperature, top-k, top-p)."""
+    from transformers import GenerationConfig
+
+    ctx = _prompt_contexts(tokenizer, concert_db_dir)[0]
+    eos = generation_eos_ids(chaotic_model, tokenizer)
+    sampling = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+    config = GenerationConfig(
+        max_new_tokens=12,
+        do_sample=settings.do_sample,
+        repetition_penalty=1.0,
+        eos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id,
+        **(sampling if settings.do_sample else {}),
+    )
+    with torch.no_grad():
+        torch.manual_seed(settings.seed)
+        ours = ModelGenerator(chaotic_model, settings, eos, tokenizer.pad_token_id).generate([0], [ctx], [12])[0]
+        torch.manual_seed(settings.seed)
+        ids = torch.tensor([ctx])
+        out = chaotic_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    reference = out[0, len(ctx) :].tolist()
+    end = next((i + 1 for i, tok in enumerate(reference) if tok in eos), len(reference))
+    assert ours == reference[:end]
+    if settings.do_sample:
+        with torch.no_grad():
+            greedy = ModelGenerator(chaotic_model, GenerationSettings(), eos, tokenizer.pad_token_id)
+            assert ours != greedy.generate([0], [ctx], [12])[0]  # the sample is not the argmax path
