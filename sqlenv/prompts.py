@@ -28,7 +28,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlenv.types import TOOL_NAMES, Question, QueryResult
+from sqlenv.types import TOOL_NAMES, Question, QueryResult, blob_text
 from sqlenv.verifier import SHORT_FLOAT_CHARS, format_float
 
 if TYPE_CHECKING:  # the sandbox module is only needed for the type of `render_table_info`'s argument
@@ -95,7 +95,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return format_float(value)  # as the verifier writes answers, so the model can copy it
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<blob {len(value)} bytes>"
+        return blob_text(value)
     return str(value)
 
 

@@ -41,7 +41,9 @@ by a lock, so they stay correct but do not run in parallel.
 One connection per Sandbox, reused for every statement (Python's statement cache makes a
 repeated query skip the prepare and the authorizer). Table names and table descriptions are
 computed once and cached: the database is not expected to change while a sandbox is open.
-Cells come back as int/float/str/None; a BLOB becomes "<blob N bytes>" so results are JSON-able.
+Cells come back as sqlite3 returns them: int/float/str/None, and bytes for a BLOB. The step path
+never looks at cell types; whatever shows a cell (the prompts renderer, the verifier and answer
+formatter, `QueryResult.to_dict`) writes a BLOB as "<blob N bytes>".
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 
 from sqlenv.guarded_functions import GuardedFunctions
@@ -170,15 +171,6 @@ def _empty_statement(sql: str) -> bool:
         else:
             return False
     return True
-
-
-def _readable(value):
-    """Cells as JSON-able values: a BLOB becomes a short description of itself."""
-    return f"<blob {len(value)} bytes>" if type(value) is bytes else value
-
-
-def _readable_rows(rows: list[tuple]) -> list[tuple]:
-    return [tuple(map(_readable, row)) for row in rows]
 
 
 def _lenient_text(raw: bytes) -> str:
@@ -332,8 +324,6 @@ class Sandbox:
                 return QueryResult(ok=True)
             size = self._first_chunk.get(len(description)) or self._chunk_rows(len(description), 0, 0)
             rows = cursor.fetchmany(size)
-            if bytes in set(map(type, chain.from_iterable(rows))):
-                rows = _readable_rows(rows)
             if len(rows) < size:  # done: Python has already reset the statement
                 return QueryResult(True, [d[0] for d in description], rows, False)
             rows, truncated = self._fetch_more(cursor, rows, len(description))
@@ -401,8 +391,6 @@ class Sandbox:
         while len(rows) <= cap and used <= budget:
             size = self._chunk_rows(n_columns, len(rows), used)
             chunk = cursor.fetchmany(size)
-            if bytes in set(map(type, chain.from_iterable(chunk))):
-                chunk = _readable_rows(chunk)
             rows.extend(chunk)
             if len(chunk) < size:
                 return rows, False

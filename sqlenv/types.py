@@ -55,11 +55,21 @@ class Question:
         return cls(**kwargs)
 
 
+def blob_text(value: bytes | bytearray | memoryview) -> str:
+    """How every view of a result (JSON, the model's observation, answers) writes a BLOB cell."""
+    return f"<blob {memoryview(value).nbytes} bytes>"
+
+
+def _json_cell(value: Any) -> Any:
+    return blob_text(value) if type(value) is bytes else value
+
+
 @dataclass
 class QueryResult:
     """The outcome of running one SQL statement in the sandbox.
 
-    `rows` holds at most the sandbox's fetch cap; `truncated` says more rows existed.
+    `rows` holds at most the sandbox's fetch cap; `truncated` says more rows existed. Cells are as
+    sqlite3 returns them (bytes for a BLOB; `to_dict` writes one as "<blob N bytes>").
     `error` is SQLite's own message (or the sandbox's, e.g. for a timeout) when `ok` is False.
     """
 
@@ -75,7 +85,7 @@ class QueryResult:
         return {
             "ok": self.ok,
             "columns": list(self.columns),
-            "rows": [list(r) for r in self.rows],
+            "rows": [[_json_cell(v) for v in r] for r in self.rows],
             "truncated": self.truncated,
             "timed_out": self.timed_out,
             "error": self.error,

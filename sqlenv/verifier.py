@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlenv.types import Verdict
+from sqlenv.types import Verdict, blob_text
 
 VERIFIER_VERSION = "1.0"
 
@@ -161,7 +161,7 @@ def _gold_cell(value: Any) -> _Cell:
         exact = int(value) if value.is_integer() and abs(value) < 2**63 else None
         return _Cell(_fold(repr(value)), value, exact, None, False, None, format_float(value))
     if isinstance(value, (bytes, bytearray, memoryview)):
-        text = f"<blob {len(bytes(value))} bytes>"
+        text = blob_text(value)
         return _Cell(text, None, None, None, False, None, text)
     text = value if isinstance(value, str) else str(value)
     num, exact, decimals = _parse_number(text)
@@ -566,13 +566,13 @@ def _format_value(v: Any) -> str:
     if isinstance(v, float):
         return format_float(v)
     if isinstance(v, (bytes, bytearray, memoryview)):
-        return f"<blob {len(bytes(v))} bytes>"
+        return blob_text(v)
     return str(v)
 
 
 def _json_value(v: Any) -> Any:
     if isinstance(v, (bytes, bytearray, memoryview)):
-        return f"<blob {len(bytes(v))} bytes>"
+        return blob_text(v)
     if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
         return format_float(v)
     return v
@@ -639,7 +639,7 @@ def _sim_key(v: Any):
     if v is None:
         return ("z",)
     if isinstance(v, (bytes, bytearray, memoryview)):
-        return ("t", f"<blob {len(bytes(v))} bytes>")
+        return ("t", blob_text(v))
     if isinstance(v, (bool, int)):
         return ("n", int(v))
     return ("t", _fold(str(v)))

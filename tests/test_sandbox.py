@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import resource
 import sqlite3
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from sqlenv.prompts import render_result
 from sqlenv.sandbox import ColumnInfo, ForeignKey, Sandbox, SandboxError, SandboxLimits
+from sqlenv.verifier import format_answer, verify
 
 GENEROUS_S = 5.0  # an upper bound for "stopped quickly" that no loaded CI machine misses
 
@@ -83,12 +86,20 @@ def test_read_only_statements_are_allowed(shop_db, sql):
     assert res.columns and res.rows
 
 
-def test_values_are_json_friendly(shop_db):
+def test_blobs_stay_bytes_and_are_shown_as_descriptions(shop_db):
+    """The sandbox hands BLOBs on as bytes (no per-cell scan on the step path); JSON, the model's
+    view and the verifier's answer text all describe one as "<blob N bytes>"."""
     with Sandbox(shop_db) as box:
         res = box.execute("SELECT product_id, title, price, photo, randomblob(3) FROM products ORDER BY product_id")
-    assert res.rows[0] == (1, "Notebook", 2.5, "<blob 12 bytes>", "<blob 3 bytes>")
+    first = res.rows[0]
+    assert first[:3] == (1, "Notebook", 2.5) and type(first[3]) is bytes and len(first[3]) == 12
+    assert type(first[4]) is bytes and len(first[4]) == 3
     assert res.rows[1][3] is None
-    assert all(type(v) in (int, float, str, type(None)) for row in res.rows for v in row)
+    as_json = json.loads(json.dumps(res.to_dict()))
+    assert as_json["rows"][0] == [1, "Notebook", 2.5, "<blob 12 bytes>", "<blob 3 bytes>"]
+    assert "1 | Notebook | 2.5 | <blob 12 bytes> | <blob 3 bytes>" in render_result(res, 50, 4000)
+    assert format_answer(res.columns[3:4], [first[3:4]]) == "<blob 12 bytes>"
+    assert verify("<blob 12 bytes>", [first[3:4]], ordered=False).correct
 
 
 def test_invalid_utf8_text_is_read_with_replacement_characters(numbers_db):
@@ -435,6 +446,7 @@ def test_sample(shop_db):
         default = box.sample("customers")
         missing = box.sample("nowhere")
     assert two.ok and two.columns == ["product_id", "title", "price", "photo"]
-    assert two.rows == [(1, "Notebook", 2.5, "<blob 12 bytes>"), (2, "Pen", 1.25, None)]
+    assert [row[:3] for row in two.rows] == [(1, "Notebook", 2.5), (2, "Pen", 1.25)]
+    assert len(two.rows[0][3]) == 12 and two.rows[1][3] is None
     assert default.ok and len(default.rows) == 3
     assert not missing.ok and "no such table" in missing.error
