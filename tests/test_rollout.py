@@ -290,11 +290,16 @@ def test_batched_cached_and_sequential_runs_agree(chaotic_model, tokenizer, conc
     assert all(r.tokens > 0 and r.steps == 3 for r in sequential)
 
 
-def test_kept_cache_equals_a_fresh_forward(chaotic_model, tokenizer, concert_db_dir):
-    """After a batched turn each episode's kept keys/values equal a fresh, unpadded forward of its tokens."""
+def _prompt_contexts(tokenizer, concert_db_dir) -> list[list[int]]:
+    """The first prompt ids of each fixture question, as the runner renders them."""
     template = rollout_chat_template(tokenizer)
     episodes = [Episode(q, db_dir=concert_db_dir) for q in QUESTIONS]
-    contexts = [prompt_token_ids(tokenizer, e.messages, e.tools, template) for e in episodes]
+    return [prompt_token_ids(tokenizer, e.messages, e.tools, template) for e in episodes]
+
+
+def test_kept_cache_equals_a_fresh_forward(chaotic_model, tokenizer, concert_db_dir):
+    """After a batched turn each episode's kept keys/values equal a fresh, unpadded forward of its tokens."""
+    contexts = _prompt_contexts(tokenizer, concert_db_dir)
     gen = ModelGenerator(chaotic_model, GenerationSettings(), generation_eos_ids(chaotic_model, tokenizer),
                          tokenizer.pad_token_id)
     with torch.no_grad():
@@ -310,12 +315,6 @@ def test_kept_cache_equals_a_fresh_forward(chaotic_model, tokenizer, concert_db_
             for (k, v), layer in zip(kv, fresh.layers):
                 assert torch.allclose(k, layer.keys[0], atol=1e-4, rtol=1e-4)
                 assert torch.allclose(v, layer.values[0], atol=1e-4, rtol=1e-4)
-
-
-def _prompt_contexts(tokenizer, concert_db_dir) -> list[list[int]]:
-    template = rollout_chat_template(tokenizer)
-    episodes = [Episode(q, db_dir=concert_db_dir) for q in QUESTIONS]
-    return [prompt_token_ids(tokenizer, e.messages, e.tools, template) for e in episodes]
 
 
 def test_stopped_rows_leave_the_batch_and_the_others_decode_unchanged(chaotic_model, tokenizer, concert_db_dir):
