@@ -42,7 +42,7 @@ class DataParams:
     spider_questions: str
     databases: list[str]
     difficulties: list[str]
-    split: Literal["by_database", "by_question"]
+    split: Literal["by_domain", "by_database", "by_question"]
     eval_fraction: float
     n50: int
     n200: int
@@ -57,6 +57,7 @@ class WorldParams:
 
 @dataclass(frozen=True)
 class RewardParams:
+    mode: Literal["dense", "binary"]
     correctness_weight: float
     progress_weight: float
     new_query_bonus: float
@@ -65,6 +66,7 @@ class RewardParams:
     repeat_window: int
     post_episode_penalty: float
     format_reward: float
+    shaping_bound: float
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,6 @@ class GRPOParams:
     checkpoint_every: int
     transcripts_every: int
     transcripts_per_log: int
-    format_reward: bool
     few_shot_steps: int
 
 
@@ -258,18 +259,16 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
     raise TypeError(f"unsupported schema type {tp!r} for {key}")  # a bug in the schema, not in params
 
 
-def env_config(params: Params) -> Any:
-    """The environment every stage plays through, from `env` + `rewards` (one source of truth).
+def env_config(params: Params, rewards: bool = True) -> Any:
+    """The environment a stage plays through, from `env` + `rewards` (one source of truth).
 
-    The format bonus is part of the reward only when `grpo.format_reward` switches it on, so
-    evaluation reports the same reward the policy was trained on.
+    `rewards=False` is for stages that do not read the `rewards` section (evaluation scores
+    verdicts, not the training reward): their episodes carry the binary reward, correctness only.
     """
     from sqlenv.environment import EnvConfig
 
-    rewards = dataclasses.asdict(params.rewards)
-    if not params.grpo.format_reward:
-        rewards["format_reward"] = 0.0
-    return EnvConfig.from_dict({**dataclasses.asdict(params.env), "rewards": rewards})
+    weights = dataclasses.asdict(params.rewards) if rewards else {"mode": "binary"}
+    return EnvConfig.from_dict({**dataclasses.asdict(params.env), "rewards": weights})
 
 
 def section_dict(params: Params, *names: str) -> dict[str, Any]:

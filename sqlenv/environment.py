@@ -257,8 +257,8 @@ class SQLEnv:
         self.budget_exhausted = False
         self._components = rewards.zero_components()
         self._recent: list[tuple[str, str]] = []
-        self._seen_sql: set[tuple[str, str]] = set()
-        self._phi = 0.0
+        self._seen_results: list[Counter] = []
+        self._last_rows: list[tuple] | None = None  # the last successful query's rows (for progress)
 
     def sandbox_for(self, db_id: str) -> Sandbox:
         """The (shared) sandbox of database `db_id` under `db_dir`, opened with this env's limits."""
@@ -324,7 +324,7 @@ class SQLEnv:
         """Run one tool call. Mistakes come back as `Error: ...` observations, never raised."""
         if self.gold is None:  # set by reset together with question and sandbox
             raise RuntimeError("SQLEnv.step called before reset")
-        cfg = self.config.rewards
+        cfg = self.config.rewards.applied
         if self.done:
             self.calls_after_end += 1
             why = "the answer was already submitted" if self.answered else "the step budget is used up"
@@ -339,17 +339,17 @@ class SQLEnv:
         key = rewards.call_key(tool, args) if args is not None else (str(tool), repr(arguments))
         earned = {"repeat_penalty": rewards.repeat_penalty(key, self._recent, cfg)}
         self._recent.append(key)
-        new_query = False
+        new_result = False
         if problem is not None:
             self.parse_failures += 1
             obs = prompts.error(problem)
         elif tool == "query":
-            obs, new_query = self._query(args["sql"], key, earned)
+            obs, new_result = self._query(args["sql"])
         elif tool == "answer":
             obs = self._answer(args["value"], earned)
         else:
             obs = self._table_tool(tool, args["table_name"])
-        earned["operational"] = rewards.operational(new_query, cfg)
+        earned["operational"] = rewards.operational(new_result, cfg)
         if self.steps >= self.config.step_budget and not self.done:
             self.done = self.budget_exhausted = True
             obs += (
@@ -362,6 +362,10 @@ class SQLEnv:
         components = self._components
         for name, value in earned.items():
             components[name] += value
+        clip = rewards.bound(components, self.config.rewards.applied)
+        if clip:
+            components["bound"] += clip
+            earned["bound"] = earned.get("bound", 0.0) + clip
         return StepResult(observation, earned, self.done)
 
     def _table_tool(self, tool: str, name: str) -> str:
@@ -376,26 +380,30 @@ class SQLEnv:
         result = self.sandbox.sample(table, self.config.sample_rows)
         return prompts.render_result(result, self.config.max_rows_shown, self.config.max_chars_shown)
 
-    def _query(self, sql: str, key: tuple[str, str], earned: dict[str, float]) -> tuple[str, bool]:
+    def _query(self, sql: str) -> tuple[str, bool]:
         cfg = self.config
         result = self.sandbox.execute(sql)  # an empty statement is the sandbox's error to report
         obs = prompts.render_result(result, cfg.max_rows_shown, cfg.max_chars_shown)
         if not result.ok:
             return obs, False
-        new_query = key not in self._seen_sql  # the call key holds the normalised SQL
-        self._seen_sql.add(key)
-        if cfg.rewards.progress_weight:
-            phi = _potential(result.rows, self.gold.rows)
-            earned["progress"] = rewards.progress(phi, self._phi, cfg.rewards)
-            self._phi = phi
-        return obs, new_query
+        self._last_rows = result.rows
+        new_result = rewards.is_new_result(result.rows, self._seen_results)
+        if new_result:
+            self._seen_results.append(Counter(result.rows))
+        return obs, new_result
+
+    def progress_potential(self) -> float:
+        """Φ of the episode so far: the last successful query's result against the gold result (0 if none)."""
+        return 0.0 if self._last_rows is None else _potential(self._last_rows, self.gold.rows)
 
     def _answer(self, value: str, earned: dict[str, float]) -> str:
-        cfg = self.config.rewards
+        cfg = self.config.rewards.applied
         verdict = verify(value, self.gold.rows, self.question.ordered)
         self.done = self.answered = True
         self.answer, self.correct, self.verdict_reason = value, verdict.correct, verdict.reason
         earned["correctness"] = rewards.correctness(verdict.correct, cfg)
         earned["format"] = rewards.format_reward(True, cfg)
+        if cfg.progress_weight:  # the similarity search is the costly part of a step: only when it pays
+            earned["progress"] = rewards.progress(self.progress_potential(), cfg)
         shown = value if len(value) <= self.config.max_chars_shown else value[: self.config.max_chars_shown] + "\u2026"
         return f"Answer recorded: {shown}\nThe episode is over. Reply with a short plain sentence and no tool call."

@@ -116,10 +116,6 @@ def phase_settings(sections: Mapping[str, Any], phase: int) -> PhaseSettings:
     stage = STAGES[phase]
     g, p = sections["grpo"], sections[stage]
     rewards = dict(sections["rewards"])
-    if g["format_reward"] and not rewards["format_reward"]:
-        raise ValueError("grpo.format_reward is on but rewards.format_reward is 0: set the bonus it should add")
-    # The format component is the env's; it is switched on for GRPO only by grpo.format_reward.
-    rewards["format_reward"] = rewards["format_reward"] if g["format_reward"] else 0.0
     if g["few_shot_steps"] < 0 or g["checkpoint_every"] < 1 or p["max_steps"] < 1:
         raise ValueError("grpo.few_shot_steps must be >= 0, grpo.checkpoint_every and max_steps >= 1")
     return PhaseSettings(

@@ -4,10 +4,15 @@ Every choice here is a function of (seed, id) through SHA-256, never of file ord
 Python's salted `hash()`: reordering a questions file, adding a database, or running on
 another machine leaves an existing question's assignment unchanged.
 
-- `by_database` (default): whole databases are held out, so evaluation measures transfer
-  to schemas the model never trained on (the point of making the agent read schemas);
-  `eval_fraction` is the share of *questions* held out, taken as whole databases.
+- `by_domain` (default): whole domains are held out (`Question.group`: the synthetic world's
+  domain, whose database variants differ only in naming and a few leaf tables; for Spider,
+  where each database is its own domain, the database). Evaluation then measures transfer to
+  subject matter and schemas the model never trained on, not to renamed copies of them.
+- `by_database`: whole databases are held out; synthetic variants of one domain may land on
+  both sides (an easier, same-domain transfer).
 - `by_question`: questions are assigned individually (databases shared by both sides).
+
+`eval_fraction` is the share of *questions* held out, taken as whole groups.
 
 `n200` is stratified by hardness with proportional (largest-remainder) allocation over the
 evaluation pool; `n50` is drawn the same way *from inside n200* by the same hash order,
@@ -36,13 +41,15 @@ class Split:
     n200: list[Question]
     train_databases: list[str]
     eval_databases: list[str]
+    train_domains: list[str]
+    eval_domains: list[str]
 
 
 def split_questions(
     questions: Sequence[Question],
     *,
     seed: int,
-    mode: str = "by_database",
+    mode: str = "by_domain",
     eval_fraction: float = 0.25,
     n50: int = 50,
     n200: int = 200,
@@ -56,29 +63,31 @@ def split_questions(
         dup = next(i for i, c in Counter(ids).items() if c > 1)
         raise ValueError(f"duplicate question id {dup!r}")
 
-    if mode == "by_database":
-        # Whole databases in stable-hash order go to evaluation until they hold at least
-        # eval_fraction of the questions *and* at least n200 of them (database sizes are
+    if mode in ("by_domain", "by_database"):
+        # Whole groups in stable-hash order go to evaluation until they hold at least
+        # eval_fraction of the questions *and* at least n200 of them (group sizes are
         # skewed — in Spider one database can hold a fifth of the questions — so a share of
-        # databases would not control the pool size). At least one database stays in train.
-        per_db = Counter(q.db_id for q in questions)
-        dbs = sorted(per_db, key=lambda d: (stable_hash(seed, "db:" + d), d))
-        if len(dbs) < 2:
-            raise ValueError("by_database split needs at least 2 databases")
+        # groups would not control the pool size). At least one group stays in train.
+        key = (lambda q: q.group) if mode == "by_domain" else (lambda q: q.db_id)
+        per_group = Counter(key(q) for q in questions)
+        groups = sorted(per_group, key=lambda g: (stable_hash(seed, "db:" + g), g))
+        if len(groups) < 2:
+            what = "domains" if mode == "by_domain" else "databases"
+            raise ValueError(f"{mode} split needs at least 2 {what}, got {groups}")
         target = max(eval_fraction * len(questions), n200)
-        eval_dbs: set[str] = set()
+        held_out: set[str] = set()
         held = 0
-        for db in dbs[:-1]:
+        for group in groups[:-1]:
             if held >= target:
                 break
-            eval_dbs.add(db)
-            held += per_db[db]
-        is_eval = lambda q: q.db_id in eval_dbs  # noqa: E731
+            held_out.add(group)
+            held += per_group[group]
+        is_eval = lambda q: key(q) in held_out  # noqa: E731
     elif mode == "by_question":
         cut = int(eval_fraction * 2**64)
         is_eval = lambda q: stable_hash(seed, "q:" + q.id) < cut  # noqa: E731
     else:
-        raise ValueError(f"unknown split mode {mode!r} (expected by_database or by_question)")
+        raise ValueError(f"unknown split mode {mode!r} (expected by_domain, by_database or by_question)")
 
     train = sorted((q for q in questions if not is_eval(q)), key=lambda q: q.id)
     pool = sorted((q for q in questions if is_eval(q)), key=lambda q: q.id)
@@ -96,6 +105,8 @@ def split_questions(
         n200=set200,
         train_databases=sorted({q.db_id for q in train}),
         eval_databases=sorted({q.db_id for q in pool}),
+        train_domains=sorted({q.group for q in train}),
+        eval_domains=sorted({q.group for q in pool}),
     )
 
 

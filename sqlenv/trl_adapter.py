@@ -26,6 +26,7 @@ returns `SQLEnv.summary()` — component sums, steps, calls after the end, answe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from typing import Any
 from sqlenv.environment import EnvConfig, SQLEnv
 from sqlenv.types import Question
 
-_QUESTION_FIELDS = ("id", "db_id", "question", "gold_sql", "gold_answer", "hardness", "tables", "ordered", "source")
+_QUESTION_FIELDS = tuple(f.name for f in dataclasses.fields(Question))
 
 
 def _tool(method: Callable[..., str]) -> Callable[..., str]:

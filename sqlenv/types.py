@@ -26,6 +26,8 @@ class Question:
     `gold_answer` is the canonical formatted gold result (see `verifier.format_answer`);
     `ordered` records whether the gold SQL orders its result at top level, which decides
     whether row order matters when judging. `tables` lists the tables the gold SQL reads.
+    `domain` is what a held-out split keeps on one side: the synthetic world's domain (all its
+    database variants share it); empty means the database is its own domain (Spider).
     """
 
     id: str
@@ -37,6 +39,12 @@ class Question:
     tables: tuple[str, ...] = ()
     ordered: bool = False
     source: str = ""
+    domain: str = ""
+
+    @property
+    def group(self) -> str:
+        """The split unit of a held-out-domain split: the domain, else the database."""
+        return self.domain or self.db_id
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

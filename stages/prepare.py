@@ -65,6 +65,8 @@ def main() -> None:
             "dropped": built.drop_counts,
             "splits": {name: questions_summary(qs) for name, qs in sets.items()},
             "eval_pool": questions_summary(split.eval_pool),
+            "split": params.data.split,
+            "domains": {"train": split.train_domains, "eval": split.eval_domains},
             "databases": {"train": split.train_databases, "eval": split.eval_databases},
         }
         atomic_write_json(paths.metrics_file(STAGE), metrics)

@@ -103,10 +103,11 @@ def test_scripted_correct_episode_rewards(env):
     assert env.correct and env.answered and env.steps == 3
     comps = env.reward_components
     assert comps["correctness"] == 1.0
-    assert comps["progress"] == pytest.approx(0.1)          # Φ: 0 -> 1
-    assert comps["operational"] == pytest.approx(3 * -0.01 + 0.02)
-    assert comps["repeat_penalty"] == comps["post_episode_penalty"] == comps["format"] == 0.0
-    assert env.total_reward == pytest.approx(1.09)
+    assert comps["progress"] == pytest.approx(0.1)          # with the answer: Φ of the last query = 1
+    assert comps["operational"] == pytest.approx(3 * -0.01 + 0.005)
+    assert comps["format"] == pytest.approx(0.1)
+    assert comps["repeat_penalty"] == comps["post_episode_penalty"] == comps["bound"] == 0.0
+    assert env.total_reward == pytest.approx(1.175)
     assert sum(s.reward for s in steps) == pytest.approx(env.total_reward)
 
 
@@ -138,10 +139,12 @@ def test_post_episode_calls_are_penalised_and_counted(env):
     for tool, args in [("query", {"sql": "SELECT 1"}), ("answer", {"value": "5"}), ("bogus", {})]:
         result = env.step(tool, args)
         assert result.done and result.observation.startswith("Error: the episode is over (the answer was already")
-        assert result.rewards == {"post_episode_penalty": -0.3}
+        assert result.rewards["post_episode_penalty"] == -0.3 and set(result.rewards) <= {"post_episode_penalty", "bound"}
     assert env.calls_after_end == 3 and env.steps == 1
     assert env.reward_components["post_episode_penalty"] == pytest.approx(-0.9)
-    assert env.total_reward == pytest.approx(1.0 - 0.01 - 0.9)
+    # shaping -0.01 + 0.1 - 0.9 = -0.81 is held at the bound -0.4: the correct answer still dominates
+    assert env.reward_components["bound"] == pytest.approx(0.41)
+    assert env.total_reward == pytest.approx(1.0 - 0.4)
 
 
 @pytest.mark.parametrize(
@@ -169,13 +172,17 @@ def test_new_query_bonus_and_progress_cannot_be_farmed(concert_db_dir):
     env.reset(Q_JOIN)
     sqls = [Q_JOIN.gold_sql, "SELECT name FROM singer", Q_JOIN.gold_sql, "SELECT name FROM singer", Q_JOIN.gold_sql]
     bonuses = [env.step("query", {"sql": s}).rewards["operational"] for s in sqls]
-    assert bonuses == pytest.approx([0.01, 0.01, -0.01, -0.01, -0.01])
-    assert env.reward_components["progress"] == pytest.approx(0.1)  # telescoped to weight × Φ_final (= 1)
+    # the third query's rows are contained in the second's (all singer names): not new either
+    assert bonuses == pytest.approx([-0.005, -0.005, -0.01, -0.01, -0.01])
+    assert env.reward_components["progress"] == 0.0  # paid with the answer only
+    env.step("answer", {"value": "Timbaland"})
+    assert env.reward_components["progress"] == pytest.approx(0.1)  # Φ of the last query (the gold rows) = 1
 
 
 def test_progress_ignores_failed_queries(env):
     env.step("query", {"sql": "SELECT count(*) FROM singer"})
     env.step("query", {"sql": "SELECT broken FROM"})
+    env.step("answer", {"value": "4"})
     assert env.reward_components["progress"] == pytest.approx(0.1)
 
 

@@ -111,15 +111,11 @@ def test_phase_params_never_leak_across_phases(tmp_path):
     assert phase_settings(phase_sections(s, 2), 2).lora_r == 8
 
 
-def test_format_reward_only_when_switched_on():
+def test_phase_rewards_are_the_rewards_section():
     p = repo_params()
-    p["rewards"]["format_reward"] = 0.05
-    assert phase_settings(phase_sections(p, 1), 1).env.rewards.format_reward == 0.0
-    p["grpo"]["format_reward"] = True
-    assert phase_settings(phase_sections(p, 1), 1).env.rewards.format_reward == 0.05
-    p["rewards"]["format_reward"] = 0.0
-    with pytest.raises(ValueError, match="format_reward"):
-        phase_settings(phase_sections(p, 1), 1)
+    p["rewards"].update(format_reward=0.05, mode="binary")
+    rewards = phase_settings(phase_sections(p, 1), 1).env.rewards
+    assert (rewards.format_reward, rewards.mode) == (0.05, "binary")
 
 
 def test_grpo_config_carries_the_phase(tmp_path):

@@ -1,4 +1,4 @@
-"""Guards the reward components: each named function's value, the repeat window and call identity."""
+"""Guards the reward components: each named function's value, the bound, the repeat window and call identity."""
 
 import pytest
 
@@ -8,12 +8,15 @@ from sqlenv.rewards import COMPONENTS, RewardConfig
 CFG = RewardConfig()
 
 
-def test_defaults_match_contract():
-    assert CFG == RewardConfig(
-        correctness_weight=1.0, progress_weight=0.1, new_query_bonus=0.02, step_cost=-0.01,
-        repeat_penalty=-0.2, repeat_window=3, post_episode_penalty=-0.3, format_reward=0.0,
-    )
-    assert COMPONENTS == ("correctness", "progress", "operational", "repeat_penalty", "post_episode_penalty", "format")
+def test_defaults_equal_params_yaml():
+    """The library's defaults are the pipeline's (params.yaml): tests of the defaults test the real run."""
+    import yaml
+    from pathlib import Path
+
+    params = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
+    assert CFG == RewardConfig.from_dict(params["rewards"])
+    assert COMPONENTS == ("correctness", "progress", "operational", "repeat_penalty", "post_episode_penalty",
+                          "format", "bound")
     assert rewards.zero_components() == dict.fromkeys(COMPONENTS, 0.0)
 
 
@@ -23,25 +26,48 @@ def test_defaults_match_contract():
         (rewards.correctness(True, CFG), 1.0),
         (rewards.correctness(False, CFG), 0.0),
         (rewards.correctness(True, RewardConfig(correctness_weight=2.0)), 2.0),
-        (rewards.progress(0.5, 0.0, CFG), 0.05),
-        (rewards.progress(0.2, 0.5, CFG), -0.03),
-        (rewards.progress(1.0, 1.0, CFG), 0.0),
-        (rewards.operational(True, CFG), 0.01),
+        (rewards.progress(0.5, CFG), 0.05),
+        (rewards.progress(0.0, CFG), 0.0),
+        (rewards.operational(True, CFG), -0.005),
         (rewards.operational(False, CFG), -0.01),
         (rewards.post_episode_penalty(CFG), -0.3),
-        (rewards.format_reward(True, CFG), 0.0),
-        (rewards.format_reward(True, RewardConfig(format_reward=0.1)), 0.1),
-        (rewards.format_reward(False, RewardConfig(format_reward=0.1)), 0.0),
+        (rewards.format_reward(True, CFG), 0.1),
+        (rewards.format_reward(False, CFG), 0.0),
+        (rewards.format_reward(True, RewardConfig(format_reward=0.05)), 0.05),
     ],
 )
 def test_component_values(value, expected):
     assert value == pytest.approx(expected)
 
 
-def test_progress_telescopes_to_final_potential():
-    phis = [0.0, 0.3, 0.9, 0.1, 0.9, 0.6]  # oscillating between queries earns nothing extra
-    total = sum(rewards.progress(b, a, CFG) for a, b in zip(phis, phis[1:]))
-    assert total == pytest.approx(CFG.progress_weight * phis[-1])
+def test_bound_clips_the_shaping_sum_both_ways():
+    sums = dict.fromkeys(COMPONENTS, 0.0)
+    sums.update(correctness=1.0, post_episode_penalty=-0.9, format=0.1)  # shaping -0.8: clipped to -0.4
+    assert rewards.bound(sums, CFG) == pytest.approx(0.4)
+    sums["bound"] = 0.4
+    assert rewards.bound(sums, CFG) == pytest.approx(0.0)  # already bounded: nothing more to add
+    sums.update(post_episode_penalty=0.0, operational=0.7, bound=0.4)  # shaping +0.8 (no real run gets there)
+    assert rewards.bound(sums, CFG) == pytest.approx(-0.4 - 0.4)
+    assert rewards.bound(dict.fromkeys(COMPONENTS, 0.0) | {"format": 0.1}, CFG) == 0.0  # inside: untouched
+
+
+def test_binary_mode_applies_correctness_alone():
+    binary = RewardConfig(mode="binary").applied
+    assert binary.correctness_weight == 1.0
+    assert [rewards.operational(True, binary), rewards.format_reward(True, binary), rewards.progress(1.0, binary),
+            rewards.post_episode_penalty(binary), rewards.repeat_penalty(("a", "b"), [("a", "b")], binary)] == [0] * 5
+    assert CFG.applied is CFG
+
+
+def test_new_result_is_a_multiset_not_contained_in_an_earlier_one():
+    from collections import Counter
+
+    seen = [Counter([(1,), (2,), (2,)])]
+    assert not rewards.is_new_result([(2,), (1,)], seen)  # same rows, another order
+    assert not rewards.is_new_result([(2,), (2,)], seen)  # a subset (an added LIMIT)
+    assert rewards.is_new_result([(2,), (2,), (2,)], seen)  # more copies than seen
+    assert rewards.is_new_result([(3,)], seen)
+    assert rewards.is_new_result([], [])  # the first result is always new
 
 
 A, B, C, D = ("query", "sql=a"), ("query", "sql=b"), ("describe", "table_name=c"), ("sample", "table_name=d")
@@ -63,7 +89,7 @@ def test_repeat_window(key, recent, expected):
 
 def test_repeat_window_zero_disables_and_negative_rejected():
     assert rewards.repeat_penalty(A, [A], RewardConfig(repeat_window=0)) == 0.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="repeat_window"):
         RewardConfig(repeat_window=-1)
 
 

@@ -1,4 +1,4 @@
-"""Splits: databases disjoint in by_database mode, n50 ⊂ n200, hardness stratification, stability."""
+"""Splits: domains (and databases) disjoint in held-out modes, n50 ⊂ n200, hardness stratification, stability."""
 
 import random
 
@@ -77,3 +77,38 @@ def test_errors():
     with pytest.raises(ValueError, match="duplicate question id"):
         split_questions(qs + qs[:1], seed=0, n50=1, n200=2)
     assert len(stratified_sample(qs, 5, 0)) == 5
+
+
+def make_domain_questions(n_domains=10, variants=2, per_db=60, seed=0):
+    """Synthetic-world-like questions: each domain built as several database variants."""
+    rng = random.Random(seed)
+    return [
+        Question(
+            id=f"d{d:02d}_{v}_q{i:03d}", db_id=f"d{d:02d}_{v}", question="?", gold_sql="SELECT 1",
+            hardness=rng.choice(HARDNESS_LEVELS), domain=f"d{d:02d}",
+        )
+        for d in range(n_domains)
+        for v in range(1, variants + 1)
+        for i in range(per_db)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_by_domain_never_puts_a_domain_on_both_sides(seed):
+    qs = make_domain_questions()
+    s = split_questions(qs, seed=seed, eval_fraction=0.25)  # by_domain is the default
+    train = {q.domain for q in s.train}
+    held = {q.domain for q in s.eval_pool}
+    assert train.isdisjoint(held) and train and held
+    assert s.train_domains == sorted(train) and s.eval_domains == sorted(held)
+    assert {q.domain for q in s.n200} <= held
+    # by_database on the same questions splits variants of a domain (the twin problem this guards)
+    twins = split_questions(qs, seed=seed, mode="by_database", eval_fraction=0.25)
+    assert {q.domain for q in twins.train} & {q.domain for q in twins.eval_pool}
+
+
+def test_by_domain_on_databases_without_a_domain_is_by_database():
+    qs = make_questions()  # no domain: each database is its own (Spider)
+    a, b = split_questions(qs, seed=1), split_questions(qs, seed=1, mode="by_database")
+    assert [q.id for q in a.n200] == [q.id for q in b.n200]
+    assert a.eval_domains == a.eval_databases

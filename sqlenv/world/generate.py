@@ -109,7 +109,7 @@ def generate_questions(db: DbView, db_path: Path, *, n: int, seed: int, max_rows
         out.questions.append(Question(
             id=f"{db.db_id}_q{i:04d}", db_id=db.db_id, question=cand.text, gold_sql=cand.sql,
             gold_answer=acc.gold_answer, hardness=acc.hardness, tables=acc.tables, ordered=acc.ordered,
-            source="synthetic",
+            source="synthetic", domain=db.domain,
         ))
         out.empty_by_design += cand.empty
     return out
