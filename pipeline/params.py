@@ -142,7 +142,6 @@ class GRPOPhase2Params(GRPOPhaseParams):
 @dataclass(frozen=True)
 class EvaluateParams:
     batch_size: int
-    max_new_tokens: int
     max_total_tokens: int
     do_sample: bool
     temperature: float
@@ -257,18 +256,6 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
             raise ParamsError(f"{source}: '{key}' must be a string, got {value!r}")
         return value
     raise TypeError(f"unsupported schema type {tp!r} for {key}")  # a bug in the schema, not in params
-
-
-def env_config(params: Params, rewards: bool = True) -> Any:
-    """The environment a stage plays through, from `env` + `rewards` (one source of truth).
-
-    `rewards=False` is for stages that do not read the `rewards` section (evaluation scores
-    verdicts, not the training reward): their episodes carry the binary reward, correctness only.
-    """
-    from sqlenv.environment import EnvConfig
-
-    weights = dataclasses.asdict(params.rewards) if rewards else {"mode": "binary"}
-    return EnvConfig.from_dict({**dataclasses.asdict(params.env), "rewards": weights})
 
 
 def section_dict(params: Params, *names: str) -> dict[str, Any]:

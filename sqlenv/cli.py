@@ -4,6 +4,8 @@
     sqlenv judge    --db-dir DIR < lines.jsonl             one JSON verdict line per input line
     sqlenv validate --data DIR | --questions F --db-dir D  oracle-play every question; JSON summary
     sqlenv play     --data DIR --question N                a person plays one episode at the terminal
+    sqlenv eval     --model DIR --data DIR | --questions F --db-dir D   a model on a question set
+                    (added by `pipeline.cli`, the console script, which also logs it to MLflow)
 
 Every subcommand goes through the same sandbox, verifier, environment and prompts as
 training and evaluation, so what it says is what a model would get. Exit codes: 0 ok,
@@ -16,7 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,8 +28,17 @@ from sqlenv.types import Question
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE = 0, 1, 2
 
 
-class _UsageError(Exception):
-    """A problem with the command's arguments (exit 2), reported on stderr."""
+class UsageError(Exception):
+    """A problem with the command's arguments or input files (exit 2), reported on stderr."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand added by a caller (the `pipeline` layer adds `eval`, which logs to MLflow)."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, TextIO], int]
 
 
 def _print_json(obj: Any, out: TextIO) -> None:
@@ -38,12 +50,12 @@ def _cmd_query(args: argparse.Namespace, out: TextIO) -> int:
     from sqlenv.sandbox import Sandbox, SandboxError, SandboxLimits
 
     if not Path(args.db).is_file():
-        raise _UsageError(f"no database file at {args.db}")
+        raise UsageError(f"no database file at {args.db}")
     try:
         with Sandbox(args.db, SandboxLimits(timeout_s=args.timeout)) as box:
             result = box.execute(args.sql)
     except SandboxError as exc:
-        raise _UsageError(str(exc)) from exc
+        raise UsageError(str(exc)) from exc
     _print_json(result.to_dict(), out)
     return EXIT_OK
 
@@ -98,7 +110,7 @@ def _cmd_judge(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
 
     db_dir = Path(args.db_dir)
     if not db_dir.is_dir():
-        raise _UsageError(f"no database folder at {db_dir}")
+        raise UsageError(f"no database folder at {db_dir}")
     boxes: dict[str, Any] = {}
     limits = SandboxLimits(timeout_s=args.timeout)
     malformed = 0
@@ -127,15 +139,15 @@ def _load(
 
         data = Path(args.data)
         if not data.is_dir():
-            raise _UsageError(f"no Spider folder at {data}")
+            raise UsageError(f"no Spider folder at {data}")
         db_dir = Path(args.db_dir) if args.db_dir else (data / "database" if (data / "database").is_dir() else data)
         loaded = load_spider(data, keep_nondeterministic=keep_nondeterministic)
         return list(loaded.questions), list(loaded.dropped), list(loaded.flagged), db_dir
     if not args.questions or not args.db_dir:
-        raise _UsageError("give --data DIR (Spider layout), or --questions FILE.jsonl with --db-dir DIR")
+        raise UsageError("give --data DIR (Spider layout), or --questions FILE.jsonl with --db-dir DIR")
     path = Path(args.questions)
     if not path.is_file():
-        raise _UsageError(f"no questions file at {path}")
+        raise UsageError(f"no questions file at {path}")
     with path.open(encoding="utf-8") as fh:
         questions = [Question.from_dict(json.loads(line)) for line in fh if line.strip()]
     return questions, [], [], Path(args.db_dir)
@@ -209,7 +221,7 @@ def _cmd_play(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
         try:
             chosen = [questions[int(args.question)]]
         except (ValueError, IndexError):
-            raise _UsageError(f"no question {args.question!r} (give an id or an index below {len(questions)})")
+            raise UsageError(f"no question {args.question!r} (give an id or an index below {len(questions)})")
     question = chosen[0]
     env = SQLEnv(db_dir, EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout))
     env.reset(question)
@@ -241,9 +253,11 @@ def _cmd_play(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
 
 
 # ------------------------------------------------------------------------------- main
-def _parser() -> argparse.ArgumentParser:
+def _parser(extra: Mapping[str, Command] = {}) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sqlenv", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    for name, command in extra.items():
+        command.add_arguments(sub.add_parser(name, help=command.help, description=command.help))
 
     p = sub.add_parser("query", help="run one SQL statement in the sandbox; print a JSON result")
     p.add_argument("--db", required=True, help="SQLite database file")
@@ -270,11 +284,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
-    """Entry point of the `sqlenv` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
+def main(
+    argv: Sequence[str] | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    extra: Mapping[str, Command] = {},
+) -> int:
+    """The command line; returns the exit code. `extra` adds subcommands (see `Command`)."""
+    args = _parser(extra).parse_args(argv)
     inp, out = stdin or sys.stdin, stdout or sys.stdout
     try:
+        if args.command in extra:
+            return extra[args.command].run(args, out)
         if args.command == "query":
             return _cmd_query(args, out)
         if args.command == "judge":
@@ -282,6 +303,6 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         if args.command == "validate":
             return _cmd_validate(args, out)
         return _cmd_play(args, inp, out)
-    except _UsageError as exc:
+    except UsageError as exc:
         print(f"sqlenv {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -6,10 +6,13 @@ one verifier decided inside the environment; nothing here re-judges an answer.
 
 Definitions (per set of records):
 - `accuracy`: correct / n, with a Wilson 95 % interval (`accuracy_low`, `accuracy_high`).
-- `parse_rate`: valid tool calls / actions, pooled over episodes, where actions are `steps` (every call
-  made while the episode ran plus every turn without a parseable call) and invalid ones are
-  `parse_failures` (see `sqlenv.rollout`). None when no action was taken at all.
-- `budget_exhaustion_rate`: share of episodes that ended without an answer.
+- `parse_rate` (strict) and `lenient_parse_rate`: assistant turns taken while the episode ran in which
+  TRL's parser / the lenient parser (`sqlenv.tool_calls`) reads a tool call, over those turns, pooled
+  over episodes. Both are computed whichever parser played. None when no such turn exists.
+- `valid_call_rate`: calls that were a valid call of one of the four tools / calls made while the
+  episode ran (`steps`, `parse_failures`). None when no call was made.
+- `answered_rate`; `budget_exhaustion_rate`: share of episodes whose step budget was used up;
+  `end_reasons`: episodes per reason they stopped (`sqlenv.rollout`).
 - `calls_after_answer_mean` over all episodes; `calls_after_answer_rate`: share of *answered* episodes
   that kept calling tools after the episode was over (the learned stop failing). None if none answered.
 - `reward_mean` and `reward_components` (mean of each named component), `steps_mean`, `tokens_mean`.
@@ -18,6 +21,7 @@ Definitions (per set of records):
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,8 +37,9 @@ def _metrics(records: Sequence[EpisodeRecord], alpha: float) -> dict[str, Any]:
     n = len(records)
     correct = sum(1 for r in records if r.correct)
     low, high = wilson_interval(correct, n, alpha)
-    actions = sum(r.steps for r in records)
+    calls = sum(r.steps for r in records)
     failures = sum(r.parse_failures for r in records)
+    turns = sum(r.turns for r in records)
     answered = [r for r in records if r.answered]
     components = sorted({name for r in records for name in r.reward_components})
     return {
@@ -44,7 +49,9 @@ def _metrics(records: Sequence[EpisodeRecord], alpha: float) -> dict[str, Any]:
         "accuracy_low": low,
         "accuracy_high": high,
         "answered_rate": len(answered) / n if n else None,
-        "parse_rate": (actions - failures) / actions if actions else None,
+        "parse_rate": sum(r.strict_call_turns for r in records) / turns if turns else None,
+        "lenient_parse_rate": sum(r.lenient_call_turns for r in records) / turns if turns else None,
+        "valid_call_rate": (calls - failures) / calls if calls else None,
         "parse_failures_mean": _mean([r.parse_failures for r in records]),
         "steps_mean": _mean([r.steps for r in records]),
         "budget_exhaustion_rate": _mean([1.0 if r.budget_exhausted else 0.0 for r in records]),
@@ -53,6 +60,7 @@ def _metrics(records: Sequence[EpisodeRecord], alpha: float) -> dict[str, Any]:
         "reward_mean": _mean([r.reward for r in records]),
         "reward_components": {c: _mean([r.reward_components.get(c, 0.0) for r in records]) for c in components},
         "tokens_mean": _mean([r.tokens for r in records]),
+        "end_reasons": dict(sorted(Counter(r.end_reason or "unknown" for r in records).items())),
     }
 
 
@@ -134,15 +142,3 @@ def paired_comparisons(results: Mapping[str, Sequence[EpisodeRecord]], alpha: fl
             }
         )
     return rows
-
-
-def flat_metrics(metrics: Mapping[str, Any], prefix: str = "", sep: str = "/") -> dict[str, float]:
-    """Nested metrics as `{"by_hardness/easy/accuracy": 0.5, ...}` numbers only (None dropped), for MLflow."""
-    out: dict[str, float] = {}
-    for key, value in metrics.items():
-        name = f"{prefix}{sep}{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            out.update(flat_metrics(value, name, sep))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value is not None:
-            out[name] = float(value)
-    return out

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import math
 import os
@@ -51,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlenv import prompts
-from sqlenv.environment import EnvConfig, SQLEnv
+from sqlenv.environment import EnvConfig
+from sqlenv.few_shot import few_shot_examples, few_shot_system_prompt
 from sqlenv.models import chat_template_kwargs
-from sqlenv.oracle import oracle_calls, play
 from sqlenv.rewards import COMPONENTS
 from sqlenv.trl_adapter import SQLAgentEnv
 from sqlenv.types import EpisodeRecord, Question
@@ -203,46 +202,6 @@ def dataset_rows(questions: Sequence[Question]) -> list[dict[str, Any]]:
         {**q.to_dict(), "prompt": [{"role": "system", "content": prompts.SYSTEM_PROMPT}, prompts.user_message(q)]}
         for q in questions
     ]
-
-
-def _stable_order(questions: Sequence[Question], seed: int) -> list[Question]:
-    return sorted(questions, key=lambda q: hashlib.sha256(f"{seed}:{q.id}".encode()).hexdigest())
-
-
-def few_shot_examples(
-    questions: Sequence[Question], db_dir: str | os.PathLike[str], config: EnvConfig, k: int = 2, seed: int = 0
-) -> list[EpisodeRecord]:
-    """`k` oracle episodes, played through the real environment, on questions picked by a stable hash."""
-    env = SQLEnv(db_dir, config)
-    examples = []
-    for q in _stable_order(questions, seed):
-        record = play(env, q, oracle_calls(q, env.sandbox_for(q.db_id)))
-        if record.correct:
-            examples.append(record)
-        if len(examples) == k:
-            break
-    return examples
-
-
-def few_shot_system_prompt(examples: Sequence[EpisodeRecord], system_prompt: str = prompts.SYSTEM_PROMPT) -> str:
-    """The system prompt followed by worked episodes written out as text (calls, results, final reply)."""
-    lines = [system_prompt, "", "Worked examples (on other questions):"]
-    for i, record in enumerate(examples, 1):
-        lines.append(f"\nExample {i}:")
-        for message in record.messages:
-            role = message["role"]
-            if role == "user":
-                lines.append(f"User: {message['content']}")
-            elif role == "tool":
-                lines.append(f"Result of {message.get('name', 'tool')}:\n{message['content']}")
-            elif role == "assistant":
-                for call in message.get("tool_calls") or ():
-                    fn = call.get("function", call)
-                    args = fn["arguments"] if isinstance(fn["arguments"], str) else json.dumps(fn["arguments"])
-                    lines.append(f"Call: {fn['name']} {args}")
-                if message.get("content"):
-                    lines.append(f"Assistant: {message['content']}")
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------- rewards
@@ -438,10 +397,10 @@ def build_trainer(
     questions = load_questions(questions_file, settings.difficulties)
     few_shot_system = None
     if settings.few_shot_steps:
-        examples = few_shot_examples(questions, db_dir, settings.env, k=2, seed=settings.seed)
+        examples = few_shot_examples(questions, 2, db_dir=db_dir, env_config=settings.env, seed=settings.seed)
         shown = {e.question_id for e in examples}
         questions = [q for q in questions if q.id not in shown]  # never train on a question whose answer is shown
-        few_shot_system = few_shot_system_prompt(examples)
+        few_shot_system = few_shot_system_prompt(2, examples)
     peft_config = None
     if settings.lora:
         peft_config = LoraConfig(

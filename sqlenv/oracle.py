@@ -16,11 +16,12 @@ one, so SFT data made from it teaches the happy path only.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from sqlenv import prompts
-from sqlenv.environment import GoldQueryError, SQLEnv
+from sqlenv.environment import EnvConfig, GoldQueryError, SQLEnv
 from sqlenv.sandbox import Sandbox
 from sqlenv.types import EpisodeRecord, Question
 from sqlenv.verifier import format_answer
@@ -99,4 +100,24 @@ def play(
         budget_exhausted=env.budget_exhausted,
         reward=env.total_reward,
         reward_components=env.reward_components,
+        turns=env.steps,
+        strict_call_turns=env.steps,
+        lenient_call_turns=env.steps,
+        end_reason="stopped" if env.answered else "step budget" if env.budget_exhausted else "unfinished",
     )
+
+
+def oracle_gate(
+    questions: Sequence[Question], db_dir: str | os.PathLike[str], sql_timeout_s: float = 2.0
+) -> tuple[list[Question], list[tuple[str, str]]]:
+    """(the questions whose oracle episode the verifier accepts, (id, reason) of the others)."""
+    verified, dropped = [], []
+    env = SQLEnv(db_dir, EnvConfig(sql_timeout_s=sql_timeout_s))
+    for q in questions:
+        record = play(env, q, oracle_calls(q, env.sandbox_for(q.db_id)))
+        if record.correct:
+            verified.append(q)
+        else:
+            dropped.append((q.id, f"oracle_rejected: {record.verdict_reason}"))
+    env.close()
+    return verified, dropped

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlenv.environment import EnvConfig, SQLEnv
-from sqlenv.oracle import oracle_calls, play
+from sqlenv.oracle import oracle_gate
 from sqlenv.sandbox import SandboxLimits
 from sqlenv.types import HARDNESS_LEVELS, Question, db_file
 
@@ -101,15 +100,8 @@ def build_questions(
     if databases or difficulties:
         n_candidates = len(candidates) + len(dropped)
 
-    verified = []
-    env = SQLEnv(db_dir, EnvConfig(sql_timeout_s=sql_timeout_s))
-    for q in candidates:
-        record = play(env, q, oracle_calls(q, env.sandbox_for(q.db_id)))
-        if record.correct:
-            verified.append(q)
-        else:
-            dropped.append((q.id, f"oracle_rejected: {record.verdict_reason}"))
-    env.close()
+    verified, rejected = oracle_gate(candidates, db_dir, sql_timeout_s)
+    dropped.extend(rejected)
     # Reasons read "<category>: <detail>"; metrics count by category.
     counts = Counter(reason.split(":", 1)[0] for _, reason in dropped)
     return BuiltQuestions(

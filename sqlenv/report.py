@@ -12,6 +12,10 @@ Which numbers come from where:
   fails — a stale samples file must not slip into a p-value.
 - Pairs are compared only within one question set; `evaluation.paired_comparisons` refuses policies
   that were evaluated on different questions.
+- Only results of the live models enter: given the live model fingerprint of each policy and the live
+  question ids of each set (`Live`), a result whose model fingerprint or questions differ (an older
+  model's, a by-hand run on another checkpoint) is listed as stale and left out of every table, test,
+  plot and transcript. The report never pairs episodes of different models.
 
 Transcript examples are chosen by a stable hash of the question id (one per hardness level, plus one
 that training fixed and one it broke, when such questions exist), never by hand or by file order; the
@@ -36,17 +40,19 @@ from typing import Any
 import pandas as pd
 
 from sqlenv.evaluation import paired_comparisons
+from sqlenv.policies import POLICIES as POLICY_SPECS
+from sqlenv.policies import TRAINED
 from sqlenv.stats import wilson_interval
 from sqlenv.types import HARDNESS_LEVELS, EpisodeRecord
 
-POLICIES = ("random", "base", "base_1shot", "base_3shot", "sft", "grpo_phase1", "grpo_phase2")
-TRAINED = ("sft", "grpo_phase1", "grpo_phase2")
+POLICIES = tuple(POLICY_SPECS)
 SETS = ("n50", "n200")
+HEADLINE = ("n200", "grpo_phase2", "sft")  # the comparison the default run exists for: (set, a, b)
 CURVES = ("sft", "grpo_phase1", "grpo_phase2")
 ALPHA = 0.05
 # The metrics-block keys the table reads (names as `evaluation.episode_metrics` writes them).
-TABLE_KEYS = ("n", "correct", "accuracy", "accuracy_low", "accuracy_high", "parse_rate", "steps_mean",
-              "budget_exhaustion_rate", "reward_mean", "calls_after_answer_mean", "tokens_mean")  # fmt: skip
+TABLE_KEYS = ("n", "correct", "accuracy", "accuracy_low", "accuracy_high", "parse_rate", "lenient_parse_rate",
+              "valid_call_rate", "steps_mean", "answered_rate", "calls_after_answer_mean", "tokens_mean")  # fmt: skip
 # What each curve summary reports (first/last-quarter means), when the column exists and has values.
 CURVE_SUMMARY = {"sft": ("loss",), "grpo": ("reward", "rewards/correctness/mean", "episode/accuracy", "kl")}
 OBSERVATION_LINES, CLIP_CHARS = 4, 110
@@ -72,6 +78,32 @@ class ReportInputs:
     results: list[EvalResult]
     curves: dict[str, pd.DataFrame] = field(default_factory=dict)  # CURVES name -> frame, present ones only
     notes: list[str] = field(default_factory=list)  # problems worth a line in the report
+    stale: list[str] = field(default_factory=list)  # results left out, each with why
+
+
+@dataclass(frozen=True)
+class Live:
+    """What a result must match to enter the report: each policy's live model fingerprint (None: the
+    policy plays no model) and each set's question ids."""
+
+    fingerprints: Mapping[str, str | None]
+    question_ids: Mapping[str, Sequence[str]]
+
+    def why_stale(self, result: EvalResult) -> str | None:
+        model = result.info.get("model") if isinstance(result.info.get("model"), dict) else {}
+        played = model.get("fingerprint")
+        if result.policy not in self.fingerprints:
+            return f"no live model to check it against ({result.policy})"
+        live = self.fingerprints[result.policy]
+        if played != live:
+            return f"model fingerprint {played} is not the live model's {live}"
+        ids = self.question_ids.get(result.set)
+        if ids is None:
+            return f"no live question set {result.set}"
+        played_ids = [r.question_id for r in result.records] if result.records is not None else result.info.get("question_ids")
+        if played_ids is None or sorted(played_ids) != sorted(ids):
+            return f"its questions are not the live {result.set} questions"
+        return None
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -132,9 +164,12 @@ def load_curve(path: Path, required: Sequence[str]) -> pd.DataFrame | None:
     return frame.sort_values("step", kind="stable").reset_index(drop=True)
 
 
-def load_inputs(eval_dir: str | os.PathLike[str], curve_files: Mapping[str, str | os.PathLike[str]]) -> ReportInputs:
-    """Every evaluation folder under `eval_dir` (in POLICIES x SETS order) and the curves that exist."""
-    eval_dir, found, notes = Path(eval_dir), {}, []
+def load_inputs(
+    eval_dir: str | os.PathLike[str], curve_files: Mapping[str, str | os.PathLike[str]], live: Live | None = None
+) -> ReportInputs:
+    """Every evaluation folder under `eval_dir` (in POLICIES x SETS order) that matches `live`, and the
+    curves that exist. Without `live`, nothing is checked (tests of the rendering)."""
+    eval_dir, found, notes, stale = Path(eval_dir), {}, [], []
     for folder in sorted(eval_dir.iterdir()) if eval_dir.is_dir() else []:
         if not folder.is_dir() or folder.name.startswith("."):  # .tmp siblings of an atomic write
             continue
@@ -144,8 +179,13 @@ def load_inputs(eval_dir: str | os.PathLike[str], curve_files: Mapping[str, str 
         elif not (folder / "metrics.json").is_file():
             notes.append(f"`{folder.name}` has no metrics.json (evaluation unfinished); left out.")
         else:
-            found[policy, set_name] = load_result(folder, policy, set_name)
-            if found[policy, set_name].records is None:
+            result = load_result(folder, policy, set_name)
+            why = live.why_stale(result) if live is not None else None
+            if why is not None:
+                stale.append(f"`{folder.name}`: {why}")
+                continue
+            found[policy, set_name] = result
+            if result.records is None:
                 notes.append(f"`{folder.name}` has no samples.jsonl: not in paired comparisons or transcripts.")
     results = [found[p, s] for s in SETS for p in POLICIES if (p, s) in found]
     curves = {}
@@ -153,7 +193,7 @@ def load_inputs(eval_dir: str | os.PathLike[str], curve_files: Mapping[str, str 
         frame = load_curve(Path(curve_files[name]), ("step", "loss" if name == "sft" else "reward"))
         if frame is not None:
             curves[name] = frame
-    return ReportInputs(results, curves, notes)
+    return ReportInputs(results, curves, notes, stale)
 
 
 # -------------------------------------------------------------------------------------------- tables
@@ -358,18 +398,66 @@ def machine_description() -> str:
 def _policy_section(res: Sequence[EvalResult], plots: Mapping[str, str]) -> list[str]:
     if not res:
         return ["No evaluation results yet.\n"]
-    headers = ["set", "policy", "n", "accuracy [Wilson 95 %]", "parse rate", "mean steps", "budget exhausted",
-               "mean reward", "calls after answer", "mean tokens"]  # fmt: skip
+    headers = ["set", "policy", "n", "accuracy [Wilson 95 %]", "parser", "parse rate strict", "parse rate lenient",
+               "valid calls", "mean steps", "answered", "calls after answer", "mean tokens"]  # fmt: skip
     rows = []
     for r in res:
         m = r.metrics
         accuracy = f"{_pct(m['accuracy'])} [{_pct(m['accuracy_low'])}, {_pct(m['accuracy_high'])}]"
-        rows.append([r.set, r.policy, m["n"], accuracy, _pct(m["parse_rate"]), _num(m["steps_mean"]),
-                     _pct(m["budget_exhaustion_rate"]), _num(m["reward_mean"], 3),
-                     _num(m["calls_after_answer_mean"]), _num(m["tokens_mean"], 0)])  # fmt: skip
+        rows.append([r.set, r.policy, m["n"], accuracy, _parser(r), _pct(m["parse_rate"]),
+                     _pct(m["lenient_parse_rate"]), _pct(m["valid_call_rate"]), _num(m["steps_mean"]),
+                     _pct(m["answered_rate"]), _num(m["calls_after_answer_mean"]), _num(m["tokens_mean"], 0)])  # fmt: skip
     out = [md_table(headers, rows)]
+    out.append("Parse rates: share of the turns taken before the episode ended in which TRL's parser (strict) / the "
+               "lenient parser (also JSON written as text) reads a tool call, both computed whatever parser played "
+               "(`parser`). A turn without a call ends the episode, as in a TRL rollout. Valid calls: share of calls "
+               "naming one of the four tools with fitting arguments.\n")  # fmt: skip
     out += [f"![Accuracy by policy]({plots['accuracy']})\n"] if "accuracy" in plots else []
     out += [f"![Steps per episode]({plots['steps']})\n"] if "steps" in plots else []
+    return out
+
+
+def _parser(result: EvalResult) -> str:
+    settings = result.info.get("settings")
+    return settings.get("parser", "—") if isinstance(settings, dict) else "—"
+
+
+def budgets_line(res: Sequence[EvalResult], training: Mapping[str, int]) -> str:
+    """The completion budget every result was played at, and each GRPO phase's training budget beside it."""
+    played = sorted({r.info["settings"]["max_total_tokens"] for r in res
+                     if isinstance(r.info.get("settings"), dict) and "max_total_tokens" in r.info["settings"]})  # fmt: skip
+    turns = sorted({r.info["env"]["step_budget"] for r in res if isinstance(r.info.get("env"), dict)})
+    evaluated = ", ".join(map(str, played)) or "—"
+    trained = "; ".join(f"{name} trained at {n}" for name, n in training.items()) or "no training budget given"
+    return (f"Budgets: every model policy was evaluated at {evaluated} completion tokens per episode (generated "
+            f"tokens + tool results, TRL's `max_completion_length`) and a step budget of "
+            f"{', '.join(map(str, turns)) or '—'} calls; {trained}.")
+
+
+def headline_section(pairs: pd.DataFrame) -> list[str]:
+    """The comparison the default run is for (HEADLINE), or why it is missing."""
+    set_name, a, b = HEADLINE
+    row = pairs[(pairs["set"] == set_name) & (pairs["a"] == a) & (pairs["b"] == b)] if not pairs.empty else pairs
+    if row.empty:
+        return [f"`{a}` vs `{b}` on {set_name}: not available (one of them has no live {set_name} result).\n"]
+    r = row.iloc[0]
+    return [f"**{a} vs {b} on {set_name}** (N = {int(r['n'])} paired questions of held-out domains): "
+            f"{_pct(r['accuracy_a'])} vs {_pct(r['accuracy_b'])}, difference {100 * r['difference']:+.1f} "
+            f"[{100 * r['difference_low']:+.1f}, {100 * r['difference_high']:+.1f}] points; only {a} right on "
+            f"{int(r['only_a_correct'])}, only {b} on {int(r['only_b_correct'])}; exact McNemar p = {_p(r['mcnemar_p'])}.\n"]
+
+
+def _failing_base_section(res: Sequence[EvalResult], threshold: float = 0.05) -> list[str]:
+    """For each base policy below `threshold` accuracy: one episode (stable-hash pick) and how its episodes ended."""
+    out = []
+    for r in res:
+        if POLICY_SPECS[r.policy].model != "base" or r.records is None or not r.records or r.accuracy >= threshold:
+            continue
+        episode = min(r.records, key=lambda e: _stable_key(e.question_id))
+        ends = ", ".join(f"{k} {v}" for k, v in r.metrics.get("end_reasons", {}).items())
+        out.append(f"`{r.policy}` on {r.set} scores {_pct(r.accuracy)}; its episodes ended: {ends}. One of them "
+                   f"(`{episode.question_id}`, chosen by stable hash):\n")  # fmt: skip
+        out.append("<pre>" + html.escape("\n".join(transcript_lines(episode)), quote=False) + "</pre>\n")
     return out
 
 
@@ -428,9 +516,12 @@ def _provenance_section(res: Sequence[EvalResult]) -> list[str]:
     return ["Evaluation runs:\n", md_table(["set", "policy", "model", "fingerprint", "verifier", "commit", "seed"], rows)]
 
 
-def render_report(inputs: ReportInputs, header: Mapping[str, str], plots: Mapping[str, str]) -> str:
+def render_report(
+    inputs: ReportInputs, header: Mapping[str, str], plots: Mapping[str, str], training: Mapping[str, int] = {}
+) -> str:
     """The whole report.md. `header` is shown as given; `plots` maps a plot name (accuracy, steps, hardness,
-    sft_loss, grpo_reward) to its path relative to the report, for the plots that were drawn."""
+    sft_loss, grpo_reward) to its path relative to the report, for the plots that were drawn; `training`
+    maps a training stage to its completion budget (printed beside the evaluation budget)."""
     res = inputs.results
     missing = [f"{p} ({', '.join(s for s in SETS if not any(r.policy == p and r.set == s for r in res))})"
                for p in POLICIES if sum(r.policy == p for r in res) < len(SETS)]  # fmt: skip
@@ -441,12 +532,17 @@ def render_report(inputs: ReportInputs, header: Mapping[str, str], plots: Mappin
         f"- Not evaluated: {'; '.join(missing)}." if missing else "- Every policy ran on every set.",
         f"- Missing curves: {', '.join(lacking_curves)}." if lacking_curves else "- All training curves present.",
         *(f"- {note}" for note in inputs.notes),
+        *(f"- Stale, left out: {item}." for item in inputs.stale),
+        f"- {budgets_line(res, training)}",
     ]
-    out = ["# sqlenv report\n", md_table(["", ""], list(header.items())), "## What this report covers\n"]
-    out += ["\n".join(covers) + "\n", *_provenance_section(res)]
+    pairs = comparisons_table(res)
+    out = ["# sqlenv report\n", md_table(["", ""], list(header.items())), "## Headline\n", *headline_section(pairs)]
+    out += ["## What this report covers\n", "\n".join(covers) + "\n", *_provenance_section(res)]
     out += ["## Accuracy and behaviour by policy\n", *_policy_section(res, plots)]
-    out += ["## Paired comparisons\n", *_comparison_section(comparisons_table(res))]
+    out += ["## Paired comparisons\n", *_comparison_section(pairs)]
     out += ["## Accuracy by hardness\n", *_hardness_section(res, plots)]
     out += ["## Learning curves\n", *_curves_section(inputs.curves, plots)]
     out += ["## Transcripts side by side\n", transcripts_markdown(res)]
+    failing = _failing_base_section(res)
+    out += ["## Why a base policy scores about 0\n", *failing] if failing else []
     return "\n".join(out)

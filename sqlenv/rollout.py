@@ -17,19 +17,21 @@ rendered episodes differently from training). Every piece mirrors `trl/trainer/g
 - stop tokens: `tokenizer.eos_token_id` plus the model's `generation_config.eos_token_id`; a completion
   keeps its stop token and nothing after it (`GRPOTrainer.__init__`, `_generate_single_turn`).
 
-Where evaluation deliberately differs from a GRPO rollout (documented choices):
-- A turn *before the answer* with no parseable tool call is a parse failure: TRL would end the rollout
-  there; we record it, answer with a `role: "tool"` message "Error: no valid tool call. ..." (the same
-  role every other observation uses, so nothing new enters the template) and let the model go on. It
-  uses one turn of the budget. After the answer, a turn without tool calls ends the episode normally
-  (the learned stop).
-- `max_turns` (default: the env's step budget) plays the part of `max_tool_calling_iterations`: at
-  most that many turns are executed. TRL then generates once more without executing anything; we skip
-  that generation (nothing it does can change the outcome). An episode whose env step budget is used up
-  without an answer ends at once for the same reason.
-- `max_total_tokens` plays the part of `max_completion_length` (everything after the prompt, tool
-  results included). TRL drops the tool messages of an over-long turn from its completion; the env has
-  run them either way, so we keep them in the transcript and end the episode.
+Episodes end exactly where a GRPO rollout ends (a test plays the same scripted turns through TRL's own
+tool loop and through this runner, and compares calls, tool results, reward and verdict):
+- a turn without a tool call ends the episode, before the answer as after it (TRL's loop only continues
+  while the last turn holds calls); nothing is invented for the model to read;
+- `max_turns` (default: the env's step budget) is `max_tool_calling_iterations`: at most that many turns
+  have their calls executed. TRL then generates once more without executing anything; we skip that
+  generation (nothing it does can change the calls, observations, reward or verdict);
+- `max_total_tokens` is `max_completion_length` (everything after the prompt, tool results included), and
+  each turn may use what is left of it, as in TRL (`max_new_tokens_per_turn` is an optional extra cap,
+  off by default). TRL drops the tool messages of an over-long turn from its completion; the env has run
+  them either way, so we keep them in the transcript and end the episode;
+- calls after the env episode is over (after `answer`, or after the step budget) are executed as TRL
+  does: each earns the post-episode penalty.
+With `parser="lenient"` (base checkpoints, see `sqlenv.tool_calls`) a turn's calls may also be JSON
+written as text; that is the one, stated departure from a training rollout, and only base policies use it.
 
 Stored transcripts (`EpisodeRecord.messages`) keep each assistant turn as TRL parses it (`content` plus
 structured `tool_calls`, arguments as JSON strings, house style). Rendering them back with
@@ -39,11 +41,13 @@ the model never generates, and (2) completions the parse normalises: argument JS
 spacing, or an unparseable turn whose content is its text without special tokens. The runner itself
 always continues from the raw generated ids, as TRL does.
 
-Counting (EpisodeRecord): `steps` = actions taken while the episode ran (every executed tool call plus
-every turn without a parseable call); `parse_failures` = those actions that were not a valid call of
-one of the four tools (no parseable call, an unknown tool or arguments that don't fit, including the
-ones the env itself rejects); `calls_after_answer` = calls made after the env episode was over;
-`tokens` = tokens the model generated. `reward`/`reward_components` are the env's own sums.
+Counting (EpisodeRecord): `turns` = assistant turns while the env episode ran (each should hold a call),
+`strict_call_turns` / `lenient_call_turns` = those in which TRL's parser / the lenient parser reads a call
+(both computed whichever parser plays); `steps` = calls made while the episode ran; `parse_failures` =
+those calls that were not a valid call of one of the four tools (an unknown tool, arguments that don't
+fit); `calls_after_answer` = calls made after the env episode was over; `budget_exhausted` = the env's
+step budget was used up; `end_reason` = why the episode stopped; `tokens` = tokens the model generated.
+`reward`/`reward_components` are the env's own sums.
 
 Batching and caching: a rolling pool of `batch_size` episodes; each turn, the next completion of every
 running episode comes from ONE batched, left-padded generation (`ModelGenerator.generate`), then tools
@@ -73,12 +77,9 @@ from typing import Any, Protocol
 
 from sqlenv import prompts
 from sqlenv.environment import EnvConfig
+from sqlenv.tool_calls import parse_turn
 from sqlenv.trl_adapter import SQLAgentEnv
 from sqlenv.types import EpisodeRecord, Question
-
-# The observation after a turn without a parseable tool call (an eval-only situation: see above).
-NO_TOOL_CALL_NAME = "invalid"
-NO_TOOL_CALL = prompts.error("no valid tool call. Call one of the tools: describe, sample, query or answer.")
 
 
 # ------------------------------------------------------------------------------------------- TRL mirror
@@ -211,8 +212,10 @@ class Episode:
             {"role": "system", "content": system},
             {**user, "content": user["content"] + observation},
         ]
-        self.turns = 0
-        self.no_call_turns = 0
+        self.turns = 0  # turns whose calls were executed (TRL's tool-calling iterations)
+        self.running_turns = 0  # assistant turns while the env episode ran
+        self.strict_call_turns = 0
+        self.lenient_call_turns = 0
         self.rejected_calls = 0  # calls TRL's loop itself rejected (unknown tool, arguments not a mapping)
         self.calls_after_end = 0
         self.done = False
@@ -228,42 +231,52 @@ class Episode:
         return self._sql.answered
 
     @property
+    def env_over(self) -> bool:
+        """The env episode is over (answered, or its step budget used up): calls from now on are penalised."""
+        return self._sql.done
+
+    @property
     def sandbox(self) -> Any:
         """The episode database's (read-only) sandbox, for model-free policies that look up schema."""
         return self._sql.sandbox
 
     def end(self, reason: str) -> None:
-        """Stop the episode (budget or context exhausted, or the learned stop)."""
+        """Stop the episode (budget or context exhausted, or a turn without a call)."""
         if not self.done:
             self.done, self.end_reason = True, reason
 
-    def apply_turn(self, message: dict[str, Any]) -> list[dict[str, Any]]:
-        """Record one assistant turn, run its tool calls in order, return the tool messages appended."""
+    def apply_turn(
+        self, message: dict[str, Any], strict_call: bool | None = None, lenient_call: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """Record one assistant turn, run its tool calls in order, return the tool messages appended.
+
+        `strict_call` / `lenient_call` say whether TRL's / the lenient parser read a call in the turn
+        (default: whether the message holds calls); they are counted for turns before the env episode ends.
+        """
         if self.done:
             raise RuntimeError(f"episode {self.question.id} is over ({self.end_reason})")
         calls = list(message.get("tool_calls") or [])
+        if not self._sql.done:
+            strict = bool(calls) if strict_call is None else strict_call
+            self.running_turns += 1
+            self.strict_call_turns += strict
+            self.lenient_call_turns += strict if lenient_call is None else lenient_call
         self.messages.append(_stored_assistant(message, calls))
-        if not calls:
-            if self._sql.done:  # answered: the learned stop
-                self.end("stopped")
-                return []
-            self.no_call_turns += 1
-            results = [prompts.tool_message(NO_TOOL_CALL_NAME, NO_TOOL_CALL)]
-        else:
-            results = []
-            for call in calls:
-                over = self._sql.done
-                name, content, rejected = self._execute(call)
-                if over:
-                    self.calls_after_end += 1
-                elif rejected:
-                    self.rejected_calls += 1
-                results.append({"role": "tool", "name": name, "content": content})
+        if not calls:  # TRL's loop goes on only while the last turn holds calls
+            self.end("stopped" if self._sql.answered else "step budget" if self._sql.done else "no tool call")
+            return []
+        results = []
+        for call in calls:
+            over = self._sql.done
+            name, content, rejected = self._execute(call)
+            if over:
+                self.calls_after_end += 1
+            elif rejected:
+                self.rejected_calls += 1
+            results.append({"role": "tool", "name": name, "content": content})
         self.turns += 1
         self.messages.extend(results)
-        if self._sql.done and not self._sql.answered:
-            self.end("step budget")
-        elif self.turns >= self.max_turns:
+        if self.turns >= self.max_turns:
             self.end("turn budget")
         return results
 
@@ -285,7 +298,6 @@ class Episode:
     def to_record(self, tokens: int = 0) -> EpisodeRecord:
         """The finished episode as an EpisodeRecord (see the module docstring for the counts)."""
         env = self._sql
-        invalid = self.no_call_turns + self.rejected_calls
         reason = env.verdict_reason if env.answered else f"not answered ({self.end_reason or 'unfinished'})"
         return EpisodeRecord(
             question_id=self.question.id,
@@ -296,13 +308,17 @@ class Episode:
             correct=env.correct,
             verdict_reason=reason,
             answer=env.answer,
-            steps=env.steps + invalid,
-            parse_failures=env.parse_failures + invalid,
+            steps=env.steps + self.rejected_calls,
+            parse_failures=env.parse_failures + self.rejected_calls,
             calls_after_answer=self.calls_after_end,
-            budget_exhausted=not env.answered,
+            budget_exhausted=env.budget_exhausted,
             reward=env.total_reward,
             reward_components=env.reward_components,
             tokens=tokens,
+            turns=self.running_turns,
+            strict_call_turns=self.strict_call_turns,
+            lenient_call_turns=self.lenient_call_turns,
+            end_reason=self.end_reason,
         )
 
 
@@ -542,11 +558,12 @@ def play_episodes(
     system_prompt: str | None = None,
     batch_size: int = 8,
     max_turns: int | None = None,
-    max_new_tokens_per_turn: int = 256,
+    max_new_tokens_per_turn: int | None = None,
     max_total_tokens: int = 4096,
     max_positions: int | None = None,
     progress: bool = True,
     chat_template_kwargs: dict[str, Any] | None = None,
+    parser: str = "strict",
 ) -> list[EpisodeRecord]:
     """The episode loop of `run_episodes` over any `TurnGenerator`; records come back in question order.
 
@@ -554,12 +571,12 @@ def play_episodes(
     over all of them, finished episodes leave and queued ones take their place.
     """
     from tqdm.auto import tqdm
-    from trl.chat_template_utils import parse_response
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if max_new_tokens_per_turn < 1 or max_total_tokens < 1:
+    if (max_new_tokens_per_turn is not None and max_new_tokens_per_turn < 1) or max_total_tokens < 1:
         raise ValueError("max_new_tokens_per_turn and max_total_tokens must be >= 1")
+    per_turn = max_new_tokens_per_turn or max_total_tokens
     ensure_response_parser(tokenizer)
     template = rollout_chat_template(tokenizer)
     kwargs = chat_template_kwargs or {}
@@ -589,17 +606,14 @@ def play_episodes(
                 running.append(key)
             # Each completion fits the turn's and the episode's token budget (TRL: max_completion_length).
             used = [len(contexts[k]) - prompt_len[k] for k in running]
-            budgets = [min(max_new_tokens_per_turn, max_total_tokens - u) for u in used]
+            budgets = [min(per_turn, max_total_tokens - u) for u in used]
             completions = generator.generate(running, [contexts[k] for k in running], budgets)
             still = []
             for key, completion in zip(running, completions):
                 episode, context = episodes[key], contexts[key]
                 tokens[key] += len(completion)
-                if completion:
-                    parsed = parse_response(tokenizer, completion, prefix=context, tools=episode.tools)
-                else:  # TRL does not parse an empty completion: no content, no tool call
-                    parsed = {"role": "assistant", "content": ""}
-                tool_messages = episode.apply_turn(parsed)
+                parsed, strict, lenient = parse_turn(tokenizer, completion, context, episode.tools, parser)
+                tool_messages = episode.apply_turn(parsed, strict, lenient)
                 if not episode.done:
                     ids = context + completion + tool_suffix_ids(tokenizer, tool_messages, template, kwargs)
                     if len(ids) - prompt_len[key] >= max_total_tokens:
@@ -631,18 +645,20 @@ def run_episodes(
     system_prompt: str | None = None,
     batch_size: int = 8,
     max_turns: int | None = None,
-    max_new_tokens_per_turn: int = 256,
+    max_new_tokens_per_turn: int | None = None,
     max_total_tokens: int = 4096,
     progress: bool = True,
     reuse_cache: bool = True,
     chat_template_kwargs: dict[str, Any] | None = None,
+    parser: str = "strict",
 ) -> list[EpisodeRecord]:
     """Play every question with `model` (a causal LM) and return one EpisodeRecord per question, in order.
 
     `batch_size` episodes run at once (1 = one at a time, through the very same code). `max_turns`
     defaults to the env's step budget; `max_total_tokens` bounds everything after the prompt (TRL's
-    `max_completion_length`), `max_new_tokens_per_turn` one completion. Greedy decoding (the default) is
-    deterministic; sampling is seeded by `gen.seed` and leaves the caller's RNG state alone.
+    `max_completion_length`), `max_new_tokens_per_turn` (optional) one completion; `parser` reads the calls
+    (`sqlenv.tool_calls`). Greedy decoding (the default) is deterministic; sampling is seeded by `gen.seed`
+    and leaves the caller's RNG state alone.
     """
     import torch
 
@@ -672,6 +688,7 @@ def run_episodes(
                 max_positions=getattr(model.config, "max_position_embeddings", None),
                 progress=progress,
                 chat_template_kwargs=chat_template_kwargs,
+                parser=parser,
             )
     finally:
         model.train(was_training)

@@ -129,7 +129,10 @@ class EpisodeRecord:
 
     `messages` are chat messages exactly as rendered for the model (system, user, assistant
     with structured `tool_calls`, `role: "tool"` results). `reward_components` sums each
-    named reward over the episode; `reward` is their total.
+    named reward over the episode; `reward` is their total. `steps` counts the calls made while the
+    episode ran, `parse_failures` those that were not a valid call (unknown tool, arguments that don't
+    fit), `budget_exhausted` whether the step budget was used up; `turns`, `strict_call_turns`,
+    `lenient_call_turns` and `end_reason` are filled by model rollouts (`sqlenv.rollout`).
     """
 
     question_id: str
@@ -147,6 +150,10 @@ class EpisodeRecord:
     reward: float = 0.0
     reward_components: dict[str, float] = field(default_factory=dict)
     tokens: int = 0
+    turns: int = 0
+    strict_call_turns: int = 0
+    lenient_call_turns: int = 0
+    end_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,9 +1,11 @@
 """DVC stage `report`: the evaluation matrix, paired comparisons, curves and transcripts as one report.
 
-    python -m stages.report            (params: data.source, model.base — shown in the header)
+    python -m stages.report   (params: data.source, model.base — in the header; grpo_phase{1,2}.max_completion_length)
 
 Reads reports/eval/<policy>_<set>/{metrics.json,samples.jsonl}, reports/sft/loss.csv and
-reports/grpo_phase{1,2}/curve.csv — whichever exist; the report says what is missing. Writes
+reports/grpo_phase{1,2}/curve.csv — whichever exist; the report says what is missing. A result
+enters only if its model fingerprint is the live model's (models/<model of the policy>) and its
+questions are the live set's (data/questions/<set>.jsonl); others are listed as stale. Writes
 reports/plots/ (PNGs and the CSV behind each, declared as DVC plots) and reports/report.md, and logs
 both, the tables and the headline numbers to the stage's MLflow run. The plots folder is built aside
 and swapped in whole; report.md is written after it, so a failure leaves the previous report intact.
@@ -22,8 +24,13 @@ from pipeline.io import atomic_dir, atomic_write_text
 from pipeline.params import load_params
 from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, stage_run
+from sqlenv.harness import load_questions_file
+from sqlenv.models import model_fingerprint
+from sqlenv.policies import POLICIES
 from sqlenv.report import (
     CURVES,
+    SETS,
+    Live,
     comparisons_table,
     curve_summary,
     hardness_table,
@@ -47,7 +54,7 @@ def headline_metrics(inputs) -> dict[str, float]:
     """Accuracies with intervals per set/policy, and each pair's difference and p-value, MLflow-named."""
     out = {}
     for row in results_table(inputs.results).itertuples():
-        for key in ("accuracy", "accuracy_low", "accuracy_high", "parse_rate", "steps_mean", "reward_mean"):
+        for key in ("accuracy", "accuracy_low", "accuracy_high", "parse_rate", "lenient_parse_rate", "steps_mean"):
             value = getattr(row, key)
             if pd.notna(value):  # an undefined rate (no actions, none answered) is not a number to log
                 out[f"{row.set}/{row.policy}/{key}"] = float(value)
@@ -60,11 +67,27 @@ def headline_metrics(inputs) -> dict[str, float]:
     return out
 
 
+def live_state() -> Live:
+    """Each policy's live model fingerprint (policies whose model folder is missing are absent) and set ids."""
+    fingerprints: dict[str, str | None] = {}
+    for name, policy in POLICIES.items():
+        if policy.model is None:
+            fingerprints[name] = None
+        elif (paths.MODELS / policy.model / "config.json").is_file():
+            fingerprints[name] = model_fingerprint(paths.MODELS / policy.model)
+    sets = {s: [q.id for q in load_questions_file(paths.questions_file(s))] for s in SETS
+            if paths.questions_file(s).is_file()}  # fmt: skip
+    return Live(fingerprints, sets)
+
+
 def main() -> None:
     params = load_params()
-    read = {"data": {"source": params.data.source}, "model": {"base": params.model.base}}
+    training = {"grpo_phase1": params.grpo_phase1.max_completion_length,
+                "grpo_phase2": params.grpo_phase2.max_completion_length}  # fmt: skip
+    read = {"data": {"source": params.data.source}, "model": {"base": params.model.base},
+            **{stage: {"max_completion_length": n} for stage, n in training.items()}}  # fmt: skip
     with stage_run(STAGE, read):
-        inputs = load_inputs(EVAL_DIR, CURVE_FILES)
+        inputs = load_inputs(EVAL_DIR, CURVE_FILES, live_state())
         sha, dirty = git_commit()
         header = {
             "Date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -75,7 +98,7 @@ def main() -> None:
         }
         with atomic_dir(PLOTS_DIR) as tmp:  # rendered inside: a failure before report.md keeps the old plots too
             drawn = write_plots(inputs, tmp)
-            text = render_report(inputs, header, {key: f"plots/{name}" for key, name in drawn.items()})
+            text = render_report(inputs, header, {key: f"plots/{name}" for key, name in drawn.items()}, training)
         atomic_write_text(REPORT_MD, text)
 
         mlflow.log_artifact(str(REPORT_MD))
@@ -88,7 +111,8 @@ def main() -> None:
         if metrics:
             mlflow.log_metrics(metrics)
         mlflow.log_dict({"evaluated": [f"{r.policy}_{r.set}" for r in inputs.results], "curves": sorted(inputs.curves),
-                         "notes": inputs.notes, "provenance": {f"{r.policy}_{r.set}": r.info for r in inputs.results}},
+                         "notes": inputs.notes, "stale": inputs.stale,
+                         "provenance": {f"{r.policy}_{r.set}": r.info for r in inputs.results}},
                         "inputs.json")  # fmt: skip
         log.info("report: %d evaluation runs, %d curves, %d plots -> %s", len(inputs.results), len(inputs.curves),
                  len(drawn), REPORT_MD)  # fmt: skip

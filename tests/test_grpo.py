@@ -20,8 +20,6 @@ from sqlenv.grpo import (
     completion_only_logprobs_on_cpu,
     component_reward_funcs,
     episode_diagnostics,
-    few_shot_examples,
-    few_shot_system_prompt,
     grpo_config,
     phase_sections,
     phase_settings,
@@ -225,19 +223,6 @@ def test_prepare_checkpoints_resumes_only_complete_same_run(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-2", "checkpoint-4"]
     other = prepare_checkpoints(root, {**key, "start_fingerprint": "new model"})
     assert other.checkpoint is None and "starting fresh" in other.reason and not root.exists()
-
-
-# ------------------------------------------------------------------------------------------ few-shot
-def test_few_shot_prompt_shows_worked_oracle_episodes(concert_db_dir):
-    from fixtures_env import QUESTIONS
-
-    examples = few_shot_examples(QUESTIONS, concert_db_dir, EnvConfig(), k=2, seed=0)
-    assert len(examples) == 2 and all(e.correct for e in examples)
-    text = few_shot_system_prompt(examples)
-    assert text.startswith(prompts.SYSTEM_PROMPT) and text.count("Example ") == 2
-    for e in examples:
-        assert e.messages[1]["content"] in text  # the question with its tables
-        assert f'Call: answer {json.dumps({"value": e.answer})}' in text
 
 
 def test_completion_only_logprobs_match_trl_default(tmp_path):

@@ -2,12 +2,16 @@
 
 import dataclasses
 
+import json
+
 import pytest
 
 from fixtures_env import Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
 from sqlenv import prompts
 from sqlenv.environment import EnvConfig
-from sqlenv.policies import few_shot_examples, few_shot_system_prompt, render_example, run_random, shots_for
+from sqlenv.few_shot import few_shot_examples, few_shot_system_prompt, render_example
+from sqlenv.policies import POLICIES, run_random
+from sqlenv.tool_calls import lenient_tool_calls
 from sqlenv.rollout import Episode
 
 
@@ -91,4 +95,13 @@ def test_few_shot_system_prompt(concert_db_dir):
         few_shot_system_prompt(4, examples)
     episode = Episode(Q_COUNT, db_dir=concert_db_dir, system_prompt=three)
     assert episode.messages[0] == {"role": "system", "content": three}
-    assert [shots_for(p) for p in ("base", "base_1shot", "base_3shot", "sft")] == [0, 1, 3, 0]
+    assert [POLICIES[p].shots for p in ("base", "base_1shot", "base_3shot", "sft")] == [0, 1, 3, 0]
+
+
+def test_few_shot_calls_are_read_by_the_lenient_parser(concert_db_dir):
+    """Every call a worked example shows is one the base policies' parser reads back, arguments included."""
+    (example,) = few_shot_examples(QUESTIONS, 1, db_dir=concert_db_dir)
+    shown = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+             for m in example.messages if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+    read = [(c["function"]["name"], c["function"]["arguments"]) for c in lenient_tool_calls(render_example(example, 1))]
+    assert read == shown and shown

@@ -63,11 +63,34 @@ def episode(policy, i, correct):
     )  # fmt: skip
 
 
-def write_eval(root: Path, policy: str, set_name: str, n: int, correct: set, samples=True):
+def live_model(root: Path, policy: str) -> str | None:
+    """A stand-in model folder for the policy (its config.json only) and its fingerprint; None for random."""
+    from sqlenv.models import model_fingerprint
+    from sqlenv.policies import POLICIES
+
+    name = POLICIES[policy].model
+    if name is None:
+        return None
+    folder = root / "models" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model": name}))
+    return model_fingerprint(folder)
+
+
+def write_questions(root: Path, set_name: str, n: int) -> None:
+    folder = root / "data/questions"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": f"q{i:02d}", "db_id": "shop", "question": "?", "gold_sql": "SELECT 1", "hardness": HARDNESS[i % 4]}
+            for i in range(n)]  # fmt: skip
+    (folder / f"{set_name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def write_eval(root: Path, policy: str, set_name: str, n: int, correct: set, samples=True, fingerprint="live"):
     folder = root / "reports/eval" / f"{policy}_{set_name}"
     folder.mkdir(parents=True)
     records = [episode(policy, i, i in correct) for i in range(n)]
-    info = {"policy": policy, "set": set_name, "n": n, "model": {"path": f"models/{policy}", "fingerprint": "ab" * 20},
+    fingerprint = live_model(root, policy) if fingerprint == "live" else fingerprint
+    info = {"policy": policy, "set": set_name, "n": n, "model": {"path": f"models/{policy}", "fingerprint": fingerprint},
             "verifier_version": "v3", "generation": {"do_sample": False}, "seed": 0, "git_commit": "c0ffee" * 6}  # fmt: skip
     (folder / "metrics.json").write_text(json.dumps({**info, "metrics": episode_metrics(records)}))
     if samples:
@@ -76,6 +99,8 @@ def write_eval(root: Path, policy: str, set_name: str, n: int, correct: set, sam
 
 
 def write_fixture(root: Path, grpo=True):
+    write_questions(root, "n50", 20)
+    write_questions(root, "n200", 40)
     for policy, correct in CORRECT_N50.items():
         write_eval(root, policy, "n50", 20, correct)
     for policy, correct in CORRECT_N200.items():
@@ -260,6 +285,35 @@ def test_plots_are_pngs_and_every_csv_exists(tmp_path, grpo, expected):
     phase1 = (tmp_path / "plots/grpo_phase1_curve.csv").read_text().splitlines()
     assert phase1[0].startswith("step,reward") and len(phase1) == (9 if grpo else 1)
     assert (tmp_path / "plots/grpo_phase2_curve.csv").read_text().strip() == "step,reward"
+
+
+def live_of(root: Path):
+    from stages.report import live_state
+
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        return live_state()
+    finally:
+        os.chdir(cwd)
+
+
+def test_results_of_another_model_or_question_set_are_stale_and_left_out(tmp_path):
+    write_fixture(tmp_path)
+    live_model(tmp_path, "grpo_phase2")
+    old = write_eval(tmp_path, "grpo_phase2", "n50", 20, set(range(20)), fingerprint="0ld" * 4)  # an older model
+    write_eval(tmp_path, "sft", "n200", 40, set(range(40)))
+    write_questions(tmp_path, "n200", 41)  # n200 has changed since sft_n200 was played
+    inputs = load_inputs(tmp_path / "reports/eval", curve_files(tmp_path), live_of(tmp_path))
+    assert {(r.policy, r.set) for r in inputs.results} == {
+        ("random", "n50"), ("base", "n50"), ("sft", "n50"), ("grpo_phase1", "n50")}
+    assert any("`grpo_phase2_n50`: model fingerprint 0ld0ld0ld0ld is not the live model's" in s for s in inputs.stale)
+    assert any("`sft_n200`: its questions are not the live n200 questions" in s for s in inputs.stale)
+    text = render_report(inputs, {}, {})
+    assert "grpo_phase2 |" not in text.split("## Accuracy and behaviour by policy")[1].split("## Paired")[0]
+    assert "Stale, left out: `grpo_phase2_n50`" in text and old.is_dir()
+    unchecked = load_inputs(tmp_path / "reports/eval", curve_files(tmp_path))  # without live: all taken
+    assert ("grpo_phase2", "n50") in {(r.policy, r.set) for r in unchecked.results}
 
 
 def run_report_stage(workdir: Path):

@@ -14,7 +14,6 @@ from sqlenv import prompts
 from sqlenv.environment import EnvConfig, SQLEnv
 from sqlenv.oracle import oracle_calls, play
 from sqlenv.rollout import (
-    NO_TOOL_CALL,
     Episode,
     GenerationSettings,
     ModelGenerator,
@@ -211,11 +210,105 @@ def test_tokens_and_messages_match_trl_grpo_tool_loop(tokenizer, concert_db_dir)
         assert tool_suffix_ids(tokenizer, tool_messages, fake.chat_template) == fake._get_tool_suffix_ids(tool_messages)
 
 
+# ------------------------------------------------------------------------- TRL rollout vs evaluator
+def _trl_rollout(tokenizer, question, db_dir, script, *, iterations, max_completion_length=4096, config=EnvConfig()):
+    """One rollout through TRL 1.16's own GRPOTrainer code (prompt tokenisation, tool loop, suffix ids, parsing)."""
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    add_response_schema(tokenizer)
+    env = SQLAgentEnv(db_dir=db_dir, config=config)
+    prompt = [{"role": "system", "content": prompts.SYSTEM_PROMPT}, prompts.user_message(question)]
+    prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + env.reset(**question.to_dict())}
+    fake = _fake_trainer(tokenizer, env, max_completion_length, list(script[1:]))
+    fake.max_tool_calling_iterations = iterations
+    prompt_ids, _, _ = fake._tokenize_prompts([prompt])
+    first = tokenizer(script[0], add_special_tokens=False)["input_ids"]
+    completions = [[parse_response(tokenizer, first, prefix=prompt_ids[0], tools=fake.tools)]]
+    _, messages, completion_ids, *_ = fake._tool_call_loop(
+        [list(prompt)], prompt_ids, [first], completions, None, None, {}
+    )
+    return env, messages[0], prompt_ids[0] + completion_ids[0]
+
+
+def _executed(messages) -> list[tuple[list, list]]:
+    """(calls, tool results) of every assistant turn whose calls ran (it is followed by tool messages)."""
+    out = []
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant" or i + 1 >= len(messages) or messages[i + 1]["role"] != "tool":
+            continue
+        calls = []
+        for c in m.get("tool_calls") or ():
+            args = c["function"]["arguments"]
+            calls.append((c["function"]["name"], json.loads(args) if isinstance(args, str) else args))
+        results = []
+        for t in messages[i + 1:]:
+            if t["role"] != "tool":
+                break
+            results.append((t["name"], t["content"]))
+        out.append((calls, results))
+    return out
+
+
+GOLD_COUNT = ("query", {"sql": Q_COUNT.gold_sql})
+RIGHT_COUNT = ("answer", {"value": "5"})
+DESCRIBE = ("describe", {"table_name": "singer"})
+PARITY_SCRIPTS = {
+    "no call in mid-episode ends it": [turn_text(DESCRIBE), "Let me think about it.<|im_end|>",
+                                       turn_text(GOLD_COUNT), turn_text(RIGHT_COUNT)],
+    "malformed call JSON ends it": [turn_text(DESCRIBE),
+                                    '<tool_call>\n{"name": "query", "arguments": {"sql": "SELECT 1"\n</tool_call><|im_end|>',
+                                    turn_text(RIGHT_COUNT)],
+    "unknown tool, bad arguments, calls after the answer": [
+        turn_text(("drop_table", {"table_name": "singer"})), turn_text(("query", {"query": "SELECT 1"})),
+        turn_text(GOLD_COUNT), turn_text(RIGHT_COUNT), turn_text(DESCRIBE, ("answer", {"value": "6"})),
+        "Done.<|im_end|>"],
+    "answer and more in one turn": [turn_text(GOLD_COUNT, RIGHT_COUNT, DESCRIBE), "Done.<|im_end|>"],
+    "turn budget": [turn_text(DESCRIBE), turn_text(("sample", {"table_name": "singer"})),
+                    turn_text(("describe", {"table_name": "concert"})), turn_text(RIGHT_COUNT), "Done.<|im_end|>"],
+    "step budget used up inside a turn": [turn_text(*[("sample", {"table_name": "singer"})] * 4),
+                                          turn_text(RIGHT_COUNT), "I am out of budget.<|im_end|>"],
+}
+
+
+@pytest.mark.parametrize("name", list(PARITY_SCRIPTS))
+def test_evaluator_ends_episodes_as_the_trl_rollout_does(tokenizer, concert_db_dir, name):
+    """The same scripted turns through TRL's GRPO tool loop and through the evaluator: the same executed
+    calls, tool results, token ids, reward and verdict."""
+    script = PARITY_SCRIPTS[name]
+    config = EnvConfig(step_budget=2) if "step budget" in name else EnvConfig()
+    turns = 3 if name == "turn budget" else config.step_budget
+    env, trl_messages, trl_ids = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=turns,
+                                              config=config)
+    gen = ScriptedGenerator(tokenizer, {0: list(script)})
+    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=config,
+                              max_turns=turns, progress=False)
+    assert _executed(record.messages[2:]) == _executed(trl_messages)
+    assert record.reward == pytest.approx(env.get_reward())
+    assert record.reward_components == pytest.approx(env._episode["reward_components"])
+    assert (record.answered, record.correct) == (env._episode["answered"], env._episode["correct"])
+    ours = gen.contexts[0][-1] + gen.completions[0][-1]
+    # TRL generates once more after its last tool-calling iteration and never runs that turn: we skip it.
+    assert trl_ids[: len(ours)] == ours
+    trl_turns = sum(m["role"] == "assistant" for m in trl_messages)
+    assert len(gen.completions[0]) == trl_turns - (record.end_reason == "turn budget")
+
+
+def test_over_long_tool_result_ends_the_episode_as_in_trl(tokenizer, concert_db_dir):
+    """TRL drops the tool messages that overflow max_completion_length but its env ran them: same reward."""
+    script = [turn_text(DESCRIBE), turn_text(RIGHT_COUNT)]
+    env, trl_messages, _ = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=15,
+                                        max_completion_length=40)
+    (record,) = play_episodes(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
+                              db_dir=concert_db_dir, max_total_tokens=40, progress=False)
+    assert record.end_reason == "token budget" and not record.answered
+    assert record.reward == pytest.approx(env.get_reward())
+    assert [m for m in trl_messages if m["role"] == "tool"] == []  # dropped from TRL's completion, not unrun
+
+
 # ------------------------------------------------------------------------------------------ counting
 def test_parse_failure_unknown_tool_and_calls_after_answer_are_counted(tokenizer, concert_db_dir):
     calls, _ = oracle_script(Q_COUNT, concert_db_dir)
     script = [
-        "I think there are five singers.<|im_end|>",  # no tool call before the answer: parse failure
         turn_text(("drop_table", {"table_name": "singer"})),  # unknown tool: TRL's own error text
         turn_text(("query", {"query": "SELECT 1"})),  # wrong argument name: the env's error text
         *[turn_text(c) for c in calls],
@@ -226,29 +319,55 @@ def test_parse_failure_unknown_tool_and_calls_after_answer_are_counted(tokenizer
         ScriptedGenerator(tokenizer, {0: script}), tokenizer, [Q_COUNT], db_dir=concert_db_dir, progress=False
     )
     tools = [m for m in record.messages if m["role"] == "tool"]
-    assert tools[0] == {"role": "tool", "name": "invalid", "content": NO_TOOL_CALL}
-    assert tools[1]["content"] == str({"error": "Tool drop_table not found."})
-    assert tools[2]["content"].startswith("Error: ")
+    assert tools[0]["content"] == str({"error": "Tool drop_table not found."})
+    assert tools[1]["content"].startswith("Error: ")
     assert record.correct and record.answered and not record.budget_exhausted
-    assert record.parse_failures == 3
-    assert record.steps == 3 + len(calls)
+    assert record.parse_failures == 2
+    assert record.steps == 2 + len(calls)
+    assert record.turns == record.strict_call_turns == record.lenient_call_turns == 2 + len(calls)
     assert record.calls_after_answer == 1
     assert record.reward_components["post_episode_penalty"] == pytest.approx(EnvConfig().rewards.post_episode_penalty)
     assert record.messages[-1] == {"role": "assistant", "content": "Done."}
+    assert record.end_reason == "stopped"
+
+
+def test_a_turn_without_a_call_ends_the_episode(tokenizer, concert_db_dir):
+    script = [turn_text(DESCRIBE), "I think there are five singers.<|im_end|>", turn_text(RIGHT_COUNT)]
+    gen = ScriptedGenerator(tokenizer, {0: script})
+    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, progress=False)
+    assert not record.answered and record.end_reason == "no tool call"
+    assert record.verdict_reason == "not answered (no tool call)"
+    assert (record.turns, record.strict_call_turns, record.steps) == (2, 1, 1)
+    assert len(gen.completions[0]) == 2 and not [m for m in record.messages if m.get("name") == "invalid"]
+
+
+def test_lenient_parser_plays_json_written_as_text(tokenizer, concert_db_dir):
+    """A base checkpoint's fenced JSON: no call for TRL's parser, a call for the lenient one; both counted."""
+    fenced = '```json\n{"name": "query", "arguments": {"sql": "SELECT count(*) FROM singer"}}\n```<|im_end|>'
+    bare = '{"name": "answer", "arguments": {"value": "5"}}<|im_end|>'
+    script = [fenced, bare, "Done.<|im_end|>"]
+    (strict,) = play_episodes(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
+                              db_dir=concert_db_dir, progress=False)
+    assert strict.end_reason == "no tool call" and (strict.turns, strict.strict_call_turns, strict.lenient_call_turns) == (1, 0, 1)
+    (lenient,) = play_episodes(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
+                               db_dir=concert_db_dir, progress=False, parser="lenient")
+    assert lenient.correct and lenient.end_reason == "stopped"
+    assert (lenient.turns, lenient.strict_call_turns, lenient.lenient_call_turns) == (2, 0, 2)
+    assert [m["name"] for m in lenient.messages if m["role"] == "tool"] == ["query", "answer"]
 
 
 def test_budgets_end_unanswered_episodes(tokenizer, concert_db_dir):
-    describe = turn_text(("describe", {"table_name": "singer"}))
-    # Turn budget: three turns, never an answer.
+    describe = turn_text(DESCRIBE)
+    # Turn budget: three turns with calls, never an answer.
     (record,) = play_episodes(
-        ScriptedGenerator(tokenizer, {0: [describe, "hm<|im_end|>", describe]}),
+        ScriptedGenerator(tokenizer, {0: [describe] * 3}),
         tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_turns=3, progress=False,
     )
-    assert not record.answered and record.budget_exhausted and record.steps == 3 and record.parse_failures == 1
-    assert record.verdict_reason == "not answered (turn budget)"
-    # The env's step budget, reached inside one turn of four calls.
+    assert not record.answered and record.steps == 3 and record.parse_failures == 0
+    assert record.verdict_reason == "not answered (turn budget)" and not record.budget_exhausted
+    # The env's step budget, reached inside one turn of four calls: the other two are calls after the end.
     (record,) = play_episodes(
-        ScriptedGenerator(tokenizer, {0: [turn_text(*[("sample", {"table_name": "singer"})] * 4)]}),
+        ScriptedGenerator(tokenizer, {0: [turn_text(*[("sample", {"table_name": "singer"})] * 4), "ok<|im_end|>"]}),
         tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=EnvConfig(step_budget=2), progress=False,
     )
     assert record.budget_exhausted and record.steps == 2 and record.calls_after_answer == 2
@@ -256,7 +375,7 @@ def test_budgets_end_unanswered_episodes(tokenizer, concert_db_dir):
     # The token budget: the first tool result does not fit.
     gen = ScriptedGenerator(tokenizer, {0: [describe, describe]})
     (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_total_tokens=40, progress=False)
-    assert record.budget_exhausted and record.verdict_reason == "not answered (token budget)"
+    assert not record.answered and record.verdict_reason == "not answered (token budget)"
     assert len(gen.contexts[0]) == 1
 
 
@@ -264,7 +383,7 @@ def test_rolling_pool_keeps_batches_full_and_order(tokenizer, concert_db_dir):
     scripts = {}
     for i, question in enumerate(QUESTIONS * 2):
         _, script = oracle_script(question, concert_db_dir)
-        scripts[i] = script if i % 2 else ["oops<|im_end|>"] + script  # staggered episode lengths
+        scripts[i] = script if i % 2 else [turn_text(DESCRIBE)] + script  # staggered episode lengths
     gen = ScriptedGenerator(tokenizer, scripts)
     records = play_episodes(gen, tokenizer, QUESTIONS * 2, db_dir=concert_db_dir, batch_size=4, progress=False)
     assert [r.question_id for r in records] == [q.id for q in QUESTIONS * 2]
@@ -274,9 +393,19 @@ def test_rolling_pool_keeps_batches_full_and_order(tokenizer, concert_db_dir):
 
 
 # ---------------------------------------------------------------------------------- model generation
-def test_batched_cached_and_sequential_runs_agree(chaotic_model, tokenizer, concert_db_dir):
+def test_batched_cached_and_sequential_runs_agree(chaotic_model, tokenizer, concert_db_dir, monkeypatch):
     """Greedy decoding: one at a time, batched with caches, and batched without caches give the same
-    tokens (hence the same transcripts and verdicts). Each question twice: equal episodes in one batch."""
+    tokens (hence the same transcripts and verdicts). Each question twice: equal episodes in one batch.
+    The random model never writes a call, so every turn is read as a `describe` call here: the episodes
+    run several turns, which is what the caches must survive."""
+    import sqlenv.rollout as rollout
+
+    def every_turn_a_call(tokenizer, completion, prefix, tools, parser="strict"):
+        content = tokenizer.decode(completion, skip_special_tokens=True)
+        call = {"type": "function", "function": {"name": "describe", "arguments": {"table_name": "singer"}}}
+        return {"role": "assistant", "content": content, "tool_calls": [call]}, False, False
+
+    monkeypatch.setattr(rollout, "parse_turn", every_turn_a_call)
     questions = list(QUESTIONS) * 2
     common = dict(db_dir=concert_db_dir, env_config=EnvConfig(step_budget=3), max_new_tokens_per_turn=10,
                   progress=False)
@@ -287,7 +416,7 @@ def test_batched_cached_and_sequential_runs_agree(chaotic_model, tokenizer, conc
     assert [r.to_dict() for r in uncached] == [r.to_dict() for r in sequential]
     assert [r.to_dict() for r in sequential[:3]] == [r.to_dict() for r in sequential[3:]]
     assert len({r.messages[2]["content"] for r in sequential[:3]}) == 3  # outputs depend on the question
-    assert all(r.tokens > 0 and r.steps == 3 for r in sequential)
+    assert all(r.tokens > 10 and r.turns == 3 and r.end_reason == "turn budget" for r in sequential)
 
 
 def _prompt_contexts(tokenizer, concert_db_dir) -> list[list[int]]:

@@ -1,0 +1,160 @@
+"""The `sqlenv` console script: the domain commands of `sqlenv.cli`, plus `sqlenv eval`.
+
+    sqlenv eval --model models/sft --data ../shared/spider --n 200
+    sqlenv eval --model DIR --questions data/questions/n200.jsonl --db-dir data/databases --name sft_n200
+
+`eval` is lm-eval-harness style: any model folder (or a Hub id, downloaded by `huggingface_hub`) on any
+question set — a Spider-format folder (its questions file through the same loader and oracle gate as
+the `prepare` stage; databases under `<data>/database`) or a questions JSONL in the `prepare` output
+format (one `Question` object per line: id, db_id, question, gold_sql, and optionally gold_answer,
+hardness, tables, ordered, source, domain) with its databases in Spider layout. `--n` draws a
+hardness-stratified subset by stable hash. It plays and scores exactly as the `evaluate` stage does
+(`sqlenv.harness.play`, `result_document`, `pipeline.results.write_result`) and writes the same
+`metrics.json` + `samples.jsonl` to `--out` (default `eval/<name>/`). With a tracking URI
+(`--tracking-uri` or `$MLFLOW_TRACKING_URI`) the run is also logged to MLflow (experiment `sqlenv-eval`).
+It lives here, not in `sqlenv/`, because the domain library never imports MLflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from sqlenv import cli as domain_cli
+from sqlenv.cli import Command, UsageError
+
+EVAL_EXPERIMENT = "sqlenv-eval"
+
+
+def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model folder (Hugging Face layout) or a Hub id")
+    p.add_argument("--data", help="Spider-format folder (questions file, tables.json, database/)")
+    p.add_argument("--questions-file", default="dev.json", help="questions file inside --data (default dev.json)")
+    p.add_argument("--questions", help="questions JSONL in the prepare output format, instead of --data")
+    p.add_argument("--db-dir", help="databases in Spider layout <dir>/<db_id>/<db_id>.sqlite (with --questions)")
+    p.add_argument("--n", type=int, default=0, help="evaluate a hardness-stratified subset of this size (0: all)")
+    p.add_argument("--name", help="name of the result (default <model folder>_<data name>)")
+    p.add_argument("--out", help="output folder (default eval/<name>)")
+    p.add_argument("--parser", choices=("strict", "lenient"), default="strict",
+                   help="tool-call parser: strict = TRL's (trained models), lenient = also JSON as text (base models)")
+    p.add_argument("--batch-size", type=int, default=50, help="episodes generated together (default 50)")
+    p.add_argument("--max-total-tokens", type=int, default=768, help="completion budget per episode (default 768)")
+    p.add_argument("--step-budget", type=int, default=15, help="tool calls per episode (default 15)")
+    p.add_argument("--timeout", type=float, default=2.0, help="per-statement SQL limit in seconds (default 2)")
+    p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    p.add_argument("--seed", type=int, default=0, help="subset and decoding seed (default 0)")
+    p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
+                   help="MLflow tracking URI to log the run to (default $MLFLOW_TRACKING_URI; unset: no logging)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _questions(args: argparse.Namespace) -> tuple[list[Any], Path, str, dict[str, int]]:
+    from sqlenv.harness import check_databases, load_questions_file, load_spider_questions
+
+    try:
+        if args.data:
+            if args.questions:
+                raise UsageError("give --data or --questions, not both")
+            questions, db_dir, drops = load_spider_questions(args.data, args.questions_file, args.timeout)
+            name = Path(args.data).resolve().name
+        elif args.questions and args.db_dir:
+            questions, db_dir, drops = load_questions_file(args.questions), Path(args.db_dir), {}
+            name = Path(args.questions).stem
+        else:
+            raise UsageError("give --data DIR (Spider layout), or --questions FILE.jsonl with --db-dir DIR")
+        check_databases(questions, db_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    if not questions:
+        raise UsageError("no question passed the loader and the oracle gate")
+    return questions, db_dir, name, drops
+
+
+def _model_dir(model: str) -> Path:
+    path = Path(model)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UsageError(f"{path} is not a model folder (no config.json)")
+        return path
+    if path.exists() or model.count("/") != 1:
+        raise UsageError(f"no model folder at {model} (nor a Hub id of the form org/name)")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model))
+    except Exception as exc:  # noqa: BLE001 - offline, unknown id, gated: all mean "no such model here"
+        raise UsageError(f"model {model!r} is neither a local folder nor downloadable from the Hub: {exc}") from exc
+
+
+def run_eval(args: argparse.Namespace, out: TextIO) -> int:
+    from pipeline.results import log_result, write_result
+    from sqlenv.environment import EnvConfig
+    from sqlenv.harness import EvalSettings, play, result_document
+    from sqlenv.models import chat_template_kwargs
+    from sqlenv.rewards import RewardConfig
+    from sqlenv.rollout import GenerationSettings
+    from sqlenv.splits import stratified_sample
+
+    questions, db_dir, data_name, drops = _questions(args)
+    if args.n < 0:
+        raise UsageError("--n must be >= 0")
+    pool = len(questions)
+    if args.n and args.n < pool:
+        questions = stratified_sample(questions, args.n, args.seed)
+    model_dir = _model_dir(args.model)
+    name = args.name or f"{model_dir.resolve().name}_{data_name}"
+    out_dir = Path(args.out) if args.out else Path("eval") / name
+    try:
+        env = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, rewards=RewardConfig(mode="binary"))
+        settings = EvalSettings(max_total_tokens=args.max_total_tokens, batch_size=args.batch_size,
+                                gen=GenerationSettings(seed=args.seed), parser=args.parser, dtype=args.dtype)  # fmt: skip
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    start = time.perf_counter()
+    records, model_info = play(model_dir, questions, db_dir=db_dir, env_config=env, settings=settings,
+                               template_kwargs=chat_template_kwargs(model_dir), progress=not args.no_progress)  # fmt: skip
+    wall = time.perf_counter() - start
+    data = {"data": args.data, "questions_file": args.questions_file if args.data else args.questions,
+            "db_dir": str(db_dir), "pool": pool, "dropped": drops, "subset_seed": args.seed if args.n else None}  # fmt: skip
+    document = result_document(name, data_name, records, model=model_info, settings=settings.describe(),
+                               env_config=env, data=data, wall_time_s=round(wall, 1))  # fmt: skip
+    write_result(out_dir, records, document)
+    if args.tracking_uri:
+        _log_to_mlflow(args, name, out_dir, records, document)
+    m = document["metrics"]
+    summary = {"name": name, "n": m["n"], "accuracy": m["accuracy"], "accuracy_low": m["accuracy_low"],
+               "accuracy_high": m["accuracy_high"], "parse_rate": m["parse_rate"],
+               "lenient_parse_rate": m["lenient_parse_rate"], "wall_time_s": round(wall, 1), "out": str(out_dir)}  # fmt: skip
+    out.write(json.dumps(summary) + "\n")
+    return domain_cli.EXIT_OK
+
+
+def _log_to_mlflow(args, name, out_dir, records, document) -> None:
+    import mlflow
+
+    from pipeline.params import flatten
+
+    mlflow.set_tracking_uri(args.tracking_uri)
+    mlflow.set_experiment(EVAL_EXPERIMENT)
+    with mlflow.start_run(run_name=name, tags={"stage": "eval", "model": args.model, "data": document["set"]}):
+        mlflow.log_params(flatten({"model": document["model"], "settings": document["settings"],
+                                   "data": document["data"], "env": document["env"]}))  # fmt: skip
+        log_result(out_dir, records, document)
+
+
+EVAL = Command(help="evaluate a model on a question set (Spider folder or questions JSONL)",
+               add_arguments=_add_eval_arguments, run=run_eval)  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return domain_cli.main(argv, extra={"eval": EVAL})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
