@@ -28,8 +28,10 @@ install: $(VENV)/.deps
 # `dvc exp run` is `dvc repro` that also records the run as a DVC experiment (outputs and metrics
 # files included, which `dvc exp save` would leave out as untracked), so `dvc exp show` lists it
 # next to later sweeps. Its name, run-<time>, is also the MLflow parent run of its stage runs.
+# Then the README's results block is regenerated from the new reports/report.md (commit both).
 run: $(VENV)/.model
 	dvc exp run -n run-$$(date +%Y%m%d-%H%M%S)
+	python -m pipeline.readme
 
 test: $(VENV)/.deps
 	pytest -q

@@ -93,7 +93,7 @@ def _model_dir(model: str) -> Path:
 
 
 def run_eval(args: argparse.Namespace, out: TextIO) -> int:
-    from pipeline.results import log_result, write_result
+    from pipeline.results import write_result
     from sqlenv.environment import EnvConfig
     from sqlenv.harness import EvalSettings, play, result_document
     from sqlenv.models import chat_template_kwargs
@@ -139,6 +139,7 @@ def _log_to_mlflow(args, name, out_dir, records, document) -> None:
     import mlflow
 
     from pipeline.params import flatten
+    from pipeline.results import log_result
 
     mlflow.set_tracking_uri(args.tracking_uri)
     mlflow.set_experiment(EVAL_EXPERIMENT)

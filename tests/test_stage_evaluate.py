@@ -13,7 +13,7 @@ from sqlenv.tiny_model import build_tiny_model
 def workdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("eval")
     params = small_params()
-    params["evaluate"].update(batch_size=8, max_new_tokens=16, max_total_tokens=96)
+    params["evaluate"].update(batch_size=8, max_total_tokens=48)
     params["env"]["step_budget"] = 4
     run_stage(root, "prepare", params=params)
     build_tiny_model(root / "models" / "base")
@@ -31,8 +31,8 @@ def test_random_on_n200_and_n50_read_off_it(workdir):
         metrics = json.loads((workdir / "reports/eval" / name / "metrics.json").read_text())
         samples = (workdir / "reports/eval" / name / "samples.jsonl").read_text().splitlines()
         assert metrics["n"] == n == len(samples)
-        assert metrics["metrics"]["n"] == n and 0.0 <= metrics["metrics"]["accuracy"] <= 1.0
-        assert metrics["model"]["path"] is None and metrics["verifier_version"]
+        assert metrics["metrics"]["n"] == n and metrics["question_ids"] == [json.loads(s)["question_id"] for s in samples]
+        assert metrics["model"]["path"] is None and metrics["verifier_version"] and metrics["reward_mode"] == "binary"
     n50 = {json.loads(s)["question_id"]: s for s in (workdir / "reports/eval/random_n50/samples.jsonl").open()}
     n200 = {json.loads(s)["question_id"]: s for s in (workdir / "reports/eval/random_n200/samples.jsonl").open()}
     assert set(n50) < set(n200)
@@ -44,7 +44,8 @@ def test_model_policy_and_report(workdir):
     run_stage(workdir, "evaluate", "--policy", "base", "--set", "n50", "--source", "models/base")
     metrics = json.loads((workdir / "reports/eval/base_n50/metrics.json").read_text())
     assert metrics["set"] == "n50" and metrics["n"] == 10
-    assert metrics["model"]["fingerprint"] and metrics["generation"]["do_sample"] is False
+    assert metrics["model"]["fingerprint"] and metrics["settings"]["gen"]["do_sample"] is False
+    assert metrics["settings"]["parser"] == "lenient" and metrics["settings"]["max_total_tokens"] == 48
     record = json.loads((workdir / "reports/eval/base_n50/samples.jsonl").read_text().splitlines()[0])
     assert [m["role"] for m in record["messages"][:2]] == ["system", "user"]
     assert not (workdir / "reports/eval/base_n200").exists()
@@ -53,7 +54,12 @@ def test_model_policy_and_report(workdir):
     run_stage(workdir, "evaluate", *RANDOM_N50)
     run_stage(workdir, "report")
     report = (workdir / "reports/report.md").read_text()
-    assert "random" in report and "base" in report and "McNemar" in report
+    table = report.split("## Accuracy and behaviour by policy")[1].split("## Paired comparisons")[0]
+    m = metrics["metrics"]
+    row = next(line for line in table.splitlines() if line.startswith("| n50 | base |"))
+    assert f"| {m['n']} | {100 * m['accuracy']:.1f} % [" in row and "| lenient |" in row
+    assert "| n50 | random |" in table and "Stale" not in report
+    assert "every model policy was evaluated at 48 completion tokens" in report
 
 
 def test_missing_model_fails_cleanly(workdir):
@@ -64,3 +70,19 @@ def test_missing_model_fails_cleanly(workdir):
     proc = run_stage(workdir, "evaluate", "--policy", "sft", "--set", "n50",
                      "--source", "reports/eval/sft_n200/samples.jsonl", expect_ok=False)
     assert proc.returncode == 1 and "sft_n200/samples.jsonl" in proc.stderr
+
+
+def test_source_is_the_model_played_and_a_foreign_model_is_stale(workdir):
+    """`--source` is honoured: `sft` played from the base folder records that folder, and the report, whose
+    live sft model is another one, leaves it out as stale."""
+    from sqlenv.tiny_model import build_tiny_model
+
+    build_tiny_model(workdir / "models" / "sft", seed=1)
+    run_stage(workdir, "evaluate", "--policy", "sft", "--set", "n50", "--source", "models/base")
+    metrics = json.loads((workdir / "reports/eval/sft_n50/metrics.json").read_text())
+    base = json.loads((workdir / "reports/eval/base_n50/metrics.json").read_text())
+    assert metrics["model"]["path"] == "models/base" and metrics["model"]["fingerprint"] == base["model"]["fingerprint"]
+    run_stage(workdir, "report")
+    report = (workdir / "reports/report.md").read_text()
+    assert "Stale, left out: `sft_n50`: model fingerprint" in report
+    assert "| n50 | sft |" not in report

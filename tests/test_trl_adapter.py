@@ -113,12 +113,12 @@ def test_rollout_through_tools_and_reward(concert_db_dir):
     assert "(3 rows)" in env.sample(table_name="singer")
     assert env.query(sql=Q_COUNT.gold_sql) == "count(*)\n5\n(1 row)"
     assert env.answer(value="5").startswith("Answer recorded: 5")
-    assert env.get_reward() == pytest.approx(1.0 + 0.1 + 4 * -0.01 + 0.02)
+    assert env.get_reward() == pytest.approx(1.0 + 0.1 + 0.1 + 4 * -0.01 + 0.005)  # + progress + format
     assert env.query(sql="SELECT 1").startswith("Error: the episode is over")
     episode = env._episode
     assert episode["correct"] and episode["answered"] and episode["calls_after_end"] == 1 and episode["steps"] == 4
     assert episode["reward_components"]["post_episode_penalty"] == -0.3
-    assert env.get_reward() == pytest.approx(1.0 + 0.1 + 4 * -0.01 + 0.02 - 0.3)
+    assert env.get_reward() == pytest.approx(1.0 + 0.1 + 0.1 + 4 * -0.01 + 0.005 - 0.3)
 
 
 @pytest.mark.parametrize(
@@ -233,8 +233,8 @@ def _scripted_rollout(trainer, tokenizer, script):
 @pytest.mark.parametrize(
     "script, correct, reward",
     [
-        (SCRIPT_RIGHT, True, 1.0 + 0.1 + 3 * -0.01 + 0.02),
-        (SCRIPT_MISTAKES, False, 3 * -0.01 - 0.3),
+        (SCRIPT_RIGHT, True, 1.0 + 0.1 + 0.1 + 3 * -0.01 + 0.005),  # correctness, progress, format, calls
+        (SCRIPT_MISTAKES, False, 0.1 + 3 * -0.01 - 0.3),  # a wrong answer still earns the format bonus
     ],
 )
 def test_grpo_trainer_rollout_matches_oracle_transcript(grpo_trainer, concert_db_dir, script, correct, reward):

@@ -1,0 +1,105 @@
+"""Guards `sqlenv eval`: any model folder on a questions file or a Spider folder, the evaluate stage's result
+files, MLflow logging when a tracking URI is set, and clear errors (exit 2) for bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from fixtures_env import QUESTIONS, concert_db_dir, spider_dir  # noqa: F401  (fixtures)
+from sqlenv.tiny_model import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("eval-cli") / "tiny")
+
+
+@pytest.fixture
+def questions_file(tmp_path) -> Path:
+    path = tmp_path / "questions.jsonl"
+    path.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in QUESTIONS))
+    return path
+
+
+def run(argv, capsys):
+    out = io.StringIO()
+    code = _main_with(out, ["eval", *argv, "--no-progress", "--batch-size", "4", "--max-total-tokens", "24"])
+    return code, out.getvalue(), capsys.readouterr().err
+
+
+def _main_with(out, argv):
+    from sqlenv import cli as domain_cli
+    from pipeline.cli import EVAL
+
+    return domain_cli.main(argv, stdout=out, extra={"eval": EVAL})
+
+
+def test_questions_file_writes_the_evaluate_stage_result(tiny, questions_file, concert_db_dir, tmp_path, capsys):  # noqa: F811
+    out_dir = tmp_path / "result"
+    code, out, err = run(["--model", str(tiny), "--questions", str(questions_file), "--db-dir", str(concert_db_dir),
+                          "--out", str(out_dir), "--name", "tiny_fixture"], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
+    doc = json.loads((out_dir / "metrics.json").read_text())
+    samples = [json.loads(line) for line in (out_dir / "samples.jsonl").read_text().splitlines()]
+    assert summary["n"] == doc["n"] == len(samples) == 3 and doc["policy"] == "tiny_fixture"
+    assert doc["question_ids"] == [q.id for q in QUESTIONS] == [s["question_id"] for s in samples]
+    m = doc["metrics"]
+    assert m["accuracy"] == 0.0 and m["accuracy_low"] == 0.0 and 0.5 < m["accuracy_high"] < 0.6  # Wilson 0/3
+    assert doc["model"]["path"] == str(tiny) and len(doc["model"]["fingerprint"]) == 12
+    assert doc["settings"]["parser"] == "strict" and doc["settings"]["max_total_tokens"] == 24
+    assert doc["reward_mode"] == "binary" and doc["env"]["step_budget"] == 15
+
+
+def test_subset_and_mlflow_logging(tiny, questions_file, concert_db_dir, tmp_path, capsys):  # noqa: F811
+    store = tmp_path / "mlflow.db"
+    code, out, err = run(["--model", str(tiny), "--questions", str(questions_file), "--db-dir", str(concert_db_dir),
+                          "--n", "2", "--out", str(tmp_path / "r"), "--tracking-uri", f"sqlite:///{store}",
+                          "--parser", "lenient"], capsys)  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["n"] == 2
+    con = sqlite3.connect(store)
+    (run_id,) = con.execute("SELECT run_uuid FROM runs WHERE name = ?", (f"{tiny.name}_questions",)).fetchone()
+    metrics = dict(con.execute("SELECT key, value FROM latest_metrics WHERE run_uuid = ?", (run_id,)).fetchall())
+    assert metrics["n"] == 2 and "accuracy_high" in metrics and "by_hardness/easy/n" in metrics
+    params = dict(con.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run_id,)).fetchall())
+    assert params["settings.parser"] == "lenient"
+
+
+def test_spider_folder_through_the_loader_and_oracle_gate(tiny, spider_dir, tmp_path, capsys):  # noqa: F811
+    code, out, err = run(["--model", str(tiny), "--data", str(spider_dir), "--n", "4", "--out", str(tmp_path / "s")],
+                         capsys)  # fmt: skip
+    assert code == 0, err
+    doc = json.loads((tmp_path / "s" / "metrics.json").read_text())
+    assert doc["n"] == 4 and doc["set"] == spider_dir.resolve().name and doc["data"]["pool"] > 500
+
+
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("missing model", "no model folder at"),
+        ("not a model", "is not a model folder"),
+        ("unknown db_id", "no database for db_id(s) ['nowhere']"),
+        ("malformed line", "questions.jsonl:2: not a question record"),
+        ("no source", "give --data DIR"),
+    ],
+)
+def test_bad_input_is_a_clear_error(tiny, questions_file, concert_db_dir, tmp_path, capsys, case, needle):  # noqa: F811
+    model, qfile = str(tiny), questions_file
+    if case == "missing model":
+        model = str(tmp_path / "nothing-here")
+    elif case == "not a model":
+        model = str(tmp_path)
+    elif case == "unknown db_id":
+        qfile.write_text(json.dumps({**QUESTIONS[0].to_dict(), "db_id": "nowhere"}) + "\n")
+    elif case == "malformed line":
+        qfile.write_text(json.dumps(QUESTIONS[0].to_dict()) + "\n{not json\n")
+    source = [] if case == "no source" else ["--questions", str(qfile), "--db-dir", str(concert_db_dir)]
+    code, out, err = run(["--model", model, *source, "--out", str(tmp_path / "bad")], capsys)
+    assert code == 2 and needle in err and out == ""
+    assert not (tmp_path / "bad").exists()  # nothing half-written

@@ -1,0 +1,43 @@
+"""Guards the README's results: its block is generated from the committed report (reports/report.md), and the
+committed reference run is complete (dvc.lock and every metrics file the report's results come from)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.readme import END, START, current_block, results_block, updated
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "reports" / "report.md"
+
+
+def test_readme_results_equal_the_committed_report():
+    assert REPORT.is_file(), "the reference run's reports/report.md is not committed"
+    assert current_block((ROOT / "README.md").read_text()) == results_block(REPORT.read_text())
+
+
+def test_the_reference_run_is_committed():
+    lock = (ROOT / "dvc.lock").read_text()
+    for stage in ("prepare", "sft", "grpo_phase2", "evaluate@sft_n200", "evaluate@grpo_phase2_n200", "report"):
+        assert f"\n  {stage}:" in lock, f"dvc.lock has no {stage} entry"
+    for name in ("sft_n200", "grpo_phase2_n200", "base_n50"):
+        doc = json.loads((ROOT / "reports/eval" / name / "metrics.json").read_text())
+        assert doc["metrics"]["n"] == doc["n"] and doc["model"]["fingerprint"]
+        assert f"| {doc['set']} | {doc['policy']} | {doc['n']} | {100 * doc['metrics']['accuracy']:.1f} %" in REPORT.read_text()
+
+
+def test_block_generation_round_trip():
+    report = ("# sqlenv report\n\n| Date | 2026-12-01 |\n| Git commit | abc |\n\n## Headline\n\n**x vs y**: 1 vs 2.\n\n"
+              "## What this report covers\n\n- nothing\n\n## Accuracy and behaviour by policy\n\n| a |\n|---|\n| 1 |\n\n"
+              "![Accuracy by policy](plots/accuracy.png)\n\n## Paired comparisons\n\n### n50\n\n| p |\n\n## Accuracy by hardness\n")
+    block = results_block(report)
+    assert "**x vs y**: 1 vs 2." in block and "| 1 |" in block and "### n50" in block
+    assert "plots/accuracy.png" not in block and "nothing" not in block and "commit abc" in block
+    readme = f"intro\n{START}\nold\n{END}\ntail\n"
+    new = updated(readme, report)
+    assert current_block(new) == block and new.startswith("intro\n") and new.endswith(f"{END}\ntail\n")
+    with pytest.raises(ValueError, match="no section"):
+        results_block("# empty\n")
