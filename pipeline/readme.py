@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 
 from pipeline.params import repo_root
 

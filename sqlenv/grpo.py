@@ -55,7 +55,7 @@ from sqlenv.few_shot import few_shot_examples, few_shot_system_prompt
 from sqlenv.models import chat_template_kwargs
 from sqlenv.rewards import COMPONENTS
 from sqlenv.trl_adapter import SQLAgentEnv
-from sqlenv.types import EpisodeRecord, Question
+from sqlenv.types import Question
 
 STAGES = {1: "grpo_phase1", 2: "grpo_phase2"}
 ENV_REWARD_NAME = SQLAgentEnv.__name__  # how TRL names the environment's get_reward column
