@@ -25,7 +25,9 @@ def _section(report: str, title: str) -> str:
     match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", report, flags=re.S | re.M)
     if match is None:
         raise ValueError(f"the report has no section '## {title}'")
-    lines = [line for line in match.group(1).splitlines() if not _IMAGE.match(line)]
+    # Images are the report's (relative paths); its subsection headings go two levels down, under the README's.
+    lines = ["##" + line if line.startswith("### ") else line for line in match.group(1).splitlines()
+             if not _IMAGE.match(line)]  # fmt: skip
     return "\n".join(lines).strip()
 
 
@@ -43,7 +45,7 @@ def results_block(report: str) -> str:
 
 
 def current_block(readme: str) -> str:
-    match = re.search(rf"{re.escape(START)}\n(.*?)\n{re.escape(END)}", readme, flags=re.S)
+    match = re.search(rf"{re.escape(START)}(.*?){re.escape(END)}", readme, flags=re.S)
     if match is None:
         raise ValueError(f"README.md has no {START} … {END} block")
     return match.group(1).strip()
@@ -51,7 +53,7 @@ def current_block(readme: str) -> str:
 
 def updated(readme: str, report: str) -> str:
     current_block(readme)  # the markers must exist
-    return re.sub(rf"{re.escape(START)}\n.*?\n{re.escape(END)}",
+    return re.sub(rf"{re.escape(START)}.*?{re.escape(END)}",
                   lambda _: f"{START}\n{results_block(report)}\n{END}", readme, flags=re.S)  # fmt: skip
 
 
@@ -65,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"readme: {report} not found (run the pipeline first)", file=sys.stderr)
         return 1
     text = readme.read_text(encoding="utf-8")
-    new = updated(text, report.read_text(encoding="utf-8"))
+    try:
+        new = updated(text, report.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        print(f"readme: {exc}", file=sys.stderr)
+        return 1
     if args.check:
         if new != text:
             print("readme: README.md's results block differs from reports/report.md; run python -m pipeline.readme",

@@ -34,10 +34,11 @@ def test_block_generation_round_trip():
               "## What this report covers\n\n- nothing\n\n## Accuracy and behaviour by policy\n\n| a |\n|---|\n| 1 |\n\n"
               "![Accuracy by policy](plots/accuracy.png)\n\n## Paired comparisons\n\n### n50\n\n| p |\n\n## Accuracy by hardness\n")
     block = results_block(report)
-    assert "**x vs y**: 1 vs 2." in block and "| 1 |" in block and "### n50" in block
+    assert "**x vs y**: 1 vs 2." in block and "| 1 |" in block and "\n##### n50\n" in block
     assert "plots/accuracy.png" not in block and "nothing" not in block and "commit abc" in block
     readme = f"intro\n{START}\nold\n{END}\ntail\n"
     new = updated(readme, report)
     assert current_block(new) == block and new.startswith("intro\n") and new.endswith(f"{END}\ntail\n")
+    assert updated(f"intro\n{START}\n{END}\n", report) == f"intro\n{START}\n{block}\n{END}\n"  # an empty block
     with pytest.raises(ValueError, match="no section"):
         results_block("# empty\n")
