@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
-from sqlenv.environment import EnvConfig, SQLEnv, _potential  # noqa: E402
-from sqlenv.spider import load_spider  # noqa: E402
+from sqlenv.data.spider import load_spider  # noqa: E402
+from sqlenv.env.environment import EnvConfig, SQLEnv, _potential  # noqa: E402
 from sqlenv.types import db_file  # noqa: E402
 
 DEFAULT_SPIDER = Path(os.environ.get("SQLENV_SPIDER_DIR", REPO.parent / "shared" / "spider"))

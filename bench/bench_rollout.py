@@ -1,6 +1,6 @@
 """Episode throughput of the runner: batched (rolling pool, KV caches) against one episode at a time.
 
-Both sides are the same `sqlenv.rollout.run_episodes` on the same model, questions and settings, with
+Both sides are the same `sqlenv.eval.rollout.run_episodes` on the same model, questions and settings, with
 greedy decoding; only `batch_size` differs (1 for the baseline). The ratio of episodes/s is the number
 to watch (target >= 4x at N=50 with the 0.5B model on the 2-core CPU); absolute figures depend on the
 machine's load, which is recorded. Verdict agreement between the two runs is reported too (bf16 numerics
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
-from sqlenv.environment import EnvConfig  # noqa: E402
+from sqlenv.env.environment import EnvConfig  # noqa: E402
 from sqlenv.types import Question  # noqa: E402
 
 DEFAULT_SPIDER = Path(os.environ.get("SQLENV_SPIDER_DIR", REPO.parent / "shared" / "spider"))
@@ -40,7 +40,7 @@ def load_questions(n: int) -> tuple[list[Question], Path, str]:
         lines = [line for line in n50.read_text(encoding="utf-8").splitlines() if line.strip()]
         return [Question.from_dict(json.loads(line)) for line in lines][:n], REPO / "data" / "databases", str(n50)
     if (DEFAULT_SPIDER / "dev.json").is_file():
-        from sqlenv.spider import load_spider
+        from sqlenv.data.spider import load_spider
 
         loaded = load_spider(DEFAULT_SPIDER)
         return loaded.questions[:n], DEFAULT_SPIDER / "database", f"spider:{DEFAULT_SPIDER}"
@@ -61,7 +61,7 @@ def load_model(spec: str | None, dtype: str):
         if (base / "config.json").is_file():
             spec = str(base)
         else:
-            from sqlenv.tiny_model import build_tiny_model
+            from sqlenv.train.tiny_model import build_tiny_model
 
             spec = str(build_tiny_model(Path(tempfile.gettempdir()) / "sqlenv-bench-tiny"))
     model = AutoModelForCausalLM.from_pretrained(spec, dtype=getattr(torch, dtype))
@@ -69,7 +69,7 @@ def load_model(spec: str | None, dtype: str):
 
 
 def timed_run(model, tokenizer, questions, batch_size: int, **kwargs) -> tuple[list, float]:
-    from sqlenv.rollout import run_episodes
+    from sqlenv.eval.rollout import run_episodes
 
     start = time.perf_counter()
     records = run_episodes(model, tokenizer, questions, batch_size=batch_size, progress=False, **kwargs)

@@ -1,4 +1,4 @@
-"""How often `sqlenv.hardness.hardness` agrees with Spider's official hardness labels.
+"""How often `sqlenv.data.hardness.hardness` agrees with Spider's official hardness labels.
 
 Reads a Spider-format questions file and a TSV of official labels by position (columns
 `index`, `db_id`, `hardness`, as in /work/shared/spider/dev_hardness.tsv), labels every gold
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
-from sqlenv.hardness import hardness_components, level_from_components  # noqa: E402
+from sqlenv.data.hardness import hardness_components, level_from_components  # noqa: E402
 from sqlenv.types import HARDNESS_LEVELS  # noqa: E402
 
 

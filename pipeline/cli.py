@@ -9,7 +9,7 @@ the `prepare` stage; databases under `<data>/database`) or a questions JSONL in 
 format (one `Question` object per line: id, db_id, question, gold_sql, and optionally gold_answer,
 hardness, tables, ordered, source, domain) with its databases in Spider layout. `--n` draws a
 hardness-stratified subset by stable hash. It plays and scores exactly as the `evaluate` stage does
-(`sqlenv.harness.play`, `result_document`, `pipeline.results.write_result`) and writes the same
+(`sqlenv.eval.harness.play`, `result_document`, `pipeline.results.write_result`) and writes the same
 `metrics.json` + `samples.jsonl` to `--out` (default `eval/<name>/`). With a tracking URI
 (`--tracking-uri` or `$MLFLOW_TRACKING_URI`) the run is also logged to MLflow (experiment `sqlenv-eval`).
 It lives here, not in `sqlenv/`, because the domain library never imports MLflow.
@@ -55,7 +55,11 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _questions(args: argparse.Namespace) -> tuple[list[Any], Path, str, dict[str, int]]:
-    from sqlenv.harness import check_databases, load_questions_file, load_spider_questions
+    from sqlenv.eval.harness import (
+        check_databases,
+        load_questions_file,
+        load_spider_questions,
+    )
 
     try:
         if args.data:
@@ -94,12 +98,12 @@ def _model_dir(model: str) -> Path:
 
 def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     from pipeline.results import write_result
-    from sqlenv.environment import EnvConfig
-    from sqlenv.harness import EvalSettings, play, result_document
-    from sqlenv.models import chat_template_kwargs
-    from sqlenv.rewards import RewardConfig
-    from sqlenv.rollout import GenerationSettings
-    from sqlenv.splits import stratified_sample
+    from sqlenv.data.splits import stratified_sample
+    from sqlenv.env.environment import EnvConfig
+    from sqlenv.env.rewards import RewardConfig
+    from sqlenv.eval.decode import GenerationSettings
+    from sqlenv.eval.harness import EvalSettings, play, result_document
+    from sqlenv.provenance import chat_template_kwargs
 
     questions, db_dir, data_name, drops = _questions(args)
     if args.n < 0:

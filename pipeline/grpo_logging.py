@@ -6,7 +6,7 @@ active — and MLflow refuses to start a run while one is active ("Run ... is al
 also ends the run it believes it started at `on_train_end`, and logs asynchronously. So this
 callback logs TRL's own log entries (`loss`, `reward`, `reward_std`, `frac_reward_zero_std`, `kl`,
 `entropy`, `rewards/<component>/mean|std`, `tools/call_frequency`, `tools/failure_frequency`, ...
-and the `episode/*` diagnostics that `sqlenv.grpo` reports through TRL's `log_metric`) into the
+and the `episode/*` diagnostics that `sqlenv.train.grpo` reports through TRL's `log_metric`) into the
 active run, synchronously, at `step = global_step`, with names sanitised to what MLflow accepts.
 
 Every `transcripts_every` steps it logs a sample of the latest generation batch's episodes (full
@@ -29,7 +29,7 @@ import mlflow
 import pandas as pd
 from transformers import TrainerCallback
 
-from sqlenv.grpo_outputs import render_transcript, sample_transcripts
+from sqlenv.train.grpo_outputs import render_transcript, sample_transcripts
 
 _BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-. /]")
 

@@ -2,7 +2,7 @@
 
 The schema is a tree of dataclasses *without defaults*: params.yaml must spell out every
 key, so the file a user reads is the whole truth about a run (no hidden default in code).
-Validation is strict because a typo in a sweep (`-S grpo.beta=0.04` vs `-S grpo.btea=…`)
+Validation is strict because a typo in a sweep (`-S grpo_phase1.beta=0.04` vs `-S grpo_phase1.btea=…`)
 otherwise silently trains the default: an unknown key, a missing key or a value of the
 wrong type raises `ParamsError` naming the dotted key (with a "did you mean" hint).
 
@@ -13,7 +13,6 @@ dvc.yaml mirror exactly those sections so a stage reruns only when what it reads
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import os
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from sqlenv.types import unknown_key
 
 
 class ParamsError(ValueError):
@@ -104,13 +105,10 @@ class SFTParams:
     lora_alpha: int
     lora_dropout: float
     logging_steps: int
-    post_check_episodes: int
-    post_check_max_tokens: int
 
 
 @dataclass(frozen=True)
 class GRPOParams:
-    beta: float
     lora: bool
     lora_r: int
     lora_alpha: int
@@ -126,17 +124,13 @@ class GRPOParams:
 
 @dataclass(frozen=True)
 class GRPOPhaseParams:
+    beta: float
     difficulties: list[str]
     max_steps: int
     num_generations: int
     learning_rate: float
     temperature: float
     max_completion_length: int
-
-
-@dataclass(frozen=True)
-class GRPOPhase2Params(GRPOPhaseParams):
-    beta: float
 
 
 @dataclass(frozen=True)
@@ -161,7 +155,7 @@ class Params:
     sft: SFTParams
     grpo: GRPOParams
     grpo_phase1: GRPOPhaseParams
-    grpo_phase2: GRPOPhase2Params
+    grpo_phase2: GRPOPhaseParams
     evaluate: EvaluateParams
 
     def section(self, name: str) -> Any:
@@ -206,9 +200,7 @@ def _build(cls: type, raw: Any, prefix: str, source: str) -> Any:
     hints = typing.get_type_hints(cls)
     for key in raw:
         if key not in fields:
-            hint = difflib.get_close_matches(str(key), list(fields), n=1)
-            suffix = f" (did you mean '{prefix}{hint[0]}'?)" if hint else ""
-            raise ParamsError(f"{source}: unknown key '{prefix}{key}'{suffix}")
+            raise ParamsError(f"{source}: unknown key {unknown_key(prefix + str(key), [prefix + f for f in fields])}")
     missing = [name for name in fields if name not in raw]
     if missing:
         raise ParamsError(f"{source}: missing key(s) {', '.join(prefix + m for m in missing)}")

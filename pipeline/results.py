@@ -1,7 +1,7 @@
 """Evaluation results on disk and in MLflow: what the `evaluate` stage and `sqlenv eval` both write.
 
 A result is a folder with `samples.jsonl` (one `EpisodeRecord` per question) and `metrics.json`
-(`sqlenv.harness.result_document`). Samples are written first, so a folder with a metrics file is
+(`sqlenv.eval.harness.result_document`). Samples are written first, so a folder with a metrics file is
 complete; each file is written atomically. `log_result` puts the same into the active MLflow run.
 """
 

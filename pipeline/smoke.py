@@ -7,7 +7,7 @@ models) into a temporary folder, builds a tiny random Qwen2 model with the real 
 there, writes params.yaml = the repo's params.yaml + the overrides in params-smoke.yaml
 (+ model.base = the tiny model), makes it a git repo, and runs `dvc repro`. Then it checks
 the report exists, that a second `dvc repro` has nothing to do, and that a sweep
-(`dvc exp run -S grpo.beta=…`) reruns only stages downstream of GRPO. It proves the DAG
+(`dvc exp run -S grpo_phase1.beta=…`) reruns only stages downstream of GRPO. It proves the DAG
 wires up — every stage runs its real code path end to end — not that anything learns.
 """
 
@@ -57,7 +57,7 @@ def _run(cmd: list[str], cwd: Path, env: dict) -> tuple[float, str]:
 
 
 def run_smoke(workdir: Path) -> dict:
-    from sqlenv.tiny_model import build_tiny_model
+    from sqlenv.train.tiny_model import build_tiny_model
 
     root = repo_root()
     copy_repo(root, workdir)
@@ -85,12 +85,12 @@ def run_smoke(workdir: Path) -> dict:
         raise SystemExit(f"smoke: a second dvc repro reran stages: {_stages_run(noop_log)}")
     _run(git + ["add", "-A"], workdir, env)
     _run(git + ["commit", "-qm", "smoke baseline"], workdir, env)
-    beta = params["grpo"]["beta"]
-    sweep_s, sweep_log = _run(["dvc", "exp", "run", "-S", f"grpo.beta={beta / 2 if beta else 0.01}"], workdir, env)
+    beta = params["grpo_phase1"]["beta"]
+    sweep_s, sweep_log = _run(["dvc", "exp", "run", "-S", f"grpo_phase1.beta={beta / 2 if beta else 0.01}"], workdir, env)
     swept = _stages_run(sweep_log)
     upstream = [s for s in swept if not (s.startswith(("grpo_", "evaluate@grpo_")) or s == "report")]
     if "grpo_phase1" not in swept or upstream:
-        raise SystemExit(f"smoke: a grpo.beta sweep should rerun GRPO and what follows only; it ran {swept}")
+        raise SystemExit(f"smoke: a grpo_phase1.beta sweep should rerun GRPO and what follows only; it ran {swept}")
     return {
         "repro_s": round(repro_s, 1), "noop_repro_s": round(noop_s, 1), "stages_run": _stages_run(log),
         "sweep_s": round(sweep_s, 1), "sweep_stages_run": swept,

@@ -43,15 +43,18 @@ def tracking_uri() -> str:
 
 
 def git_commit() -> tuple[str, bool]:
-    """(commit sha or 'unknown', whether tracked files differ from it)."""
+    """(commit sha or 'unknown', whether tracked files other than dvc.lock and reports/ differ from it)."""
     root = repo_root()
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
         ).stdout.strip()
+        # dvc.lock and the reports are what a running pipeline writes (DVC rewrites the lock after each
+        # stage), not a change of the code that runs: they do not make a commit "dirty".
         dirty = bool(
             subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
+                ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)dvc.lock",
+                 ":(exclude)reports"],
                 cwd=root, capture_output=True, text=True, check=True,
             ).stdout.strip()
         )

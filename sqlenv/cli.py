@@ -47,7 +47,7 @@ def _print_json(obj: Any, out: TextIO) -> None:
 
 # ------------------------------------------------------------------------------ query
 def _cmd_query(args: argparse.Namespace, out: TextIO) -> int:
-    from sqlenv.sandbox import Sandbox, SandboxError, SandboxLimits
+    from sqlenv.env.sandbox import Sandbox, SandboxError, SandboxLimits
 
     if not Path(args.db).is_file():
         raise UsageError(f"no database file at {args.db}")
@@ -63,9 +63,10 @@ def _cmd_query(args: argparse.Namespace, out: TextIO) -> int:
 # ------------------------------------------------------------------------------ judge
 def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any) -> tuple[dict[str, Any], bool]:
     """Judge one input line; returns (output record, whether the line was malformed)."""
-    from sqlenv.sandbox import Sandbox, SandboxError
+    from sqlenv.data.hardness import is_ordered
+    from sqlenv.env.sandbox import Sandbox, SandboxError
+    from sqlenv.env.verifier import format_answer, verify
     from sqlenv.types import db_file
-    from sqlenv.verifier import format_answer, is_ordered, verify
 
     try:
         rec = json.loads(line)
@@ -106,7 +107,7 @@ def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any) -> tuple[dict
 
 
 def _cmd_judge(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
-    from sqlenv.sandbox import SandboxLimits
+    from sqlenv.env.sandbox import SandboxLimits
 
     db_dir = Path(args.db_dir)
     if not db_dir.is_dir():
@@ -135,7 +136,7 @@ def _load(
 ) -> tuple[list[Question], list[tuple[str, str]], list[tuple[str, str]], Path]:
     """Questions, loader drops and loader flags from a Spider folder or a questions JSONL + db folder."""
     if args.data:
-        from sqlenv.spider import load_spider
+        from sqlenv.data.spider import load_spider
 
         data = Path(args.data)
         if not data.is_dir():
@@ -145,12 +146,15 @@ def _load(
         return list(loaded.questions), list(loaded.dropped), list(loaded.flagged), db_dir
     if not args.questions or not args.db_dir:
         raise UsageError("give --data DIR (Spider layout), or --questions FILE.jsonl with --db-dir DIR")
+    from sqlenv.data.questions import load_questions_file
+
     path = Path(args.questions)
     if not path.is_file():
         raise UsageError(f"no questions file at {path}")
-    with path.open(encoding="utf-8") as fh:
-        questions = [Question.from_dict(json.loads(line)) for line in fh if line.strip()]
-    return questions, [], [], Path(args.db_dir)
+    try:
+        return load_questions_file(path), [], [], Path(args.db_dir)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
@@ -162,9 +166,9 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
 
 # --------------------------------------------------------------------------- validate
 def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
-    from sqlenv.environment import EnvConfig, SQLEnv
-    from sqlenv.oracle import oracle_calls, play
-    from sqlenv.sandbox import SandboxError
+    from sqlenv.data.oracle import oracle_calls, play
+    from sqlenv.env.environment import EnvConfig, SQLEnv
+    from sqlenv.env.sandbox import SandboxError
 
     # Ties under LIMIT are kept and flagged, not failed: the oracle plays them on this
     # SQLite like any other question (the `prepare` stage still drops them from the sets).
@@ -193,7 +197,7 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
 def parse_command(line: str) -> tuple[str, Any] | None:
     """A typed line as a tool call: `describe singer`, `query SELECT ...`, `answer 42`, or
     JSON `{"name": ..., "arguments": {...}}`. None when the line is JSON that doesn't parse."""
-    from sqlenv.environment import TOOL_PARAMS
+    from sqlenv.env.environment import TOOL_PARAMS
 
     text = line.strip()
     if text.startswith("{"):
@@ -212,8 +216,8 @@ def parse_command(line: str) -> tuple[str, Any] | None:
 
 
 def _cmd_play(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
-    from sqlenv import prompts
-    from sqlenv.environment import EnvConfig, SQLEnv
+    from sqlenv.env import prompts
+    from sqlenv.env.environment import EnvConfig, SQLEnv
 
     questions, _, _, db_dir = _load(args)
     chosen = [q for q in questions if q.id == args.question]

@@ -13,8 +13,8 @@ What it guards:
     `add_response_schema`, assistant-only loss through `get_training_chat_template`). The saved tokenizer
     carries a template TRL ships; a template TRL does not know is replaced by the family's TRL template and
     the replacement is recorded in ``provenance.json``. After saving, the folder is reloaded and checked.
-  * the output folder. Everything is built in ``<out_dir>.tmp-<pid>`` and renamed into place, so a failure
-    never leaves a half-written model behind.
+  * the output folder. Everything is built in a temporary sibling and swapped into place
+    (`sqlenv.files.atomic_dir`), so a failure never leaves a half-written model behind.
 
 What it does not do: it does not undo quantisation. A GGUF model dequantised to bf16 carries the Q4_K_M
 rounding of its weights; it is the quantised model, stored densely. For the default model the GGUF holds the
@@ -31,7 +31,6 @@ with the output rows here), e.g. peft's ``trainable_token_indices``, before TRL 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import importlib.resources
@@ -39,7 +38,6 @@ import json
 import os
 import re
 import resource
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -47,12 +45,23 @@ from pathlib import Path
 from typing import Any, Sequence
 
 DEFAULT_BASE_MODEL = "offline:qwen2.5-coder-0.5b-instruct"
-PROVENANCE_FILE = "provenance.json"
+from sqlenv.chat_templates import (  # noqa: F401  (trl_chat_template, trl_template_name: re-exported)
+    QWEN2_5_VOCAB_SIZE,
+    QWEN_CONTEXT,
+    ModelPreparationError,
+    check_qwen2_5_ids,
+    check_trl_template,
+    gguf_qwen2_tokenizer,
+    package_version,
+    qwen2_tokenizer,
+    settle_chat_template,
+    trl_chat_template,
+    trl_template_name,
+)  # fmt: skip
+from sqlenv.files import atomic_dir
+from sqlenv.provenance import PROVENANCE_FILE, model_fingerprint, readable_files
+
 _CHUNK = 8 << 20  # bytes per read while streaming parts (8 MiB: low RAM, few syscalls)
-
-
-class ModelPreparationError(RuntimeError):
-    """A base model could not be prepared; the message says what to do about it."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -122,9 +131,6 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
     ),
 }
 
-# Family -> TRL template used when a Hub/local model's own template is not one TRL knows.
-_FAMILY_TEMPLATES = {"qwen2": "qwen2_5", "qwen3": "qwen3"}
-
 
 def locate_parts(model: OfflineModel) -> list[Path]:
     """Paths of the model's parts in the installed distributions, in concatenation order.
@@ -167,183 +173,6 @@ def concatenate_parts(paths: Sequence[Path], dest: Path) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Chat templates and the Qwen2 tokenizer
-# ----------------------------------------------------------------------------------------------------------
-
-# The 22 tokens Qwen2.5 appends after its 151,643 BPE ranks, in their official order (ids 151643..151664),
-# with their `special` flag. `<tool_call>`/`</tool_call>` are *not* special: decoding with
-# skip_special_tokens=True must keep them, or TRL's tool-call parser never sees them.
-QWEN2_5_ADDED_TOKENS: tuple[tuple[str, bool], ...] = tuple(
-    (tok, tok not in ("<tool_call>", "</tool_call>"))
-    for tok in (
-        "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-        "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-        "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
-        "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
-    )
-)  # fmt: skip
-QWEN2_5_FIRST_ADDED_ID = 151643
-QWEN2_5_VOCAB_SIZE = 151936  # embedding rows in every Qwen2.5 config (tokenizer has 151,665; the rest is padding)
-QWEN_CONTEXT = 32768
-
-
-def trl_chat_template(name: str) -> str:
-    """The exact text of TRL's `chat_templates/<name>.jinja` (what TRL compares a tokenizer's template to)."""
-    res = importlib.resources.files("trl").joinpath("chat_templates", f"{name}.jinja")
-    if not res.is_file():
-        raise ModelPreparationError(f"TRL {_version('trl')} ships no chat template named {name!r}")
-    return res.read_text(encoding="utf-8")
-
-
-def trl_template_name(template: str | None) -> str | None:
-    """Name of the TRL-shipped template whose text equals `template` exactly, or None."""
-    if not template:
-        return None
-    folder = importlib.resources.files("trl").joinpath("chat_templates")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".jinja") and entry.read_text(encoding="utf-8") == template:
-            return entry.name[: -len(".jinja")]
-    return None
-
-
-def check_trl_template(tokenizer) -> dict[str, Any]:
-    """Check that TRL recognises `tokenizer`'s template for tool calling and assistant-only loss.
-
-    Returns the facts for provenance; raises `ModelPreparationError` when TRL would reject the tokenizer.
-    `add_response_schema` sets attributes on the tokenizer; they are restored afterwards (the trainers set
-    them themselves).
-    """
-    from trl.chat_template_utils import (
-        add_response_schema,
-        get_training_chat_template,
-        has_generation_markers,
-        supports_tool_calling,
-    )
-
-    template = tokenizer.chat_template
-    if not supports_tool_calling(tokenizer):
-        raise ModelPreparationError("TRL's supports_tool_calling() rejects the chat template")
-    saved = {k: getattr(tokenizer, k, None) for k in ("response_template", "response_schema")}
-    try:
-        add_response_schema(tokenizer)
-    except ValueError as exc:
-        raise ModelPreparationError(f"TRL cannot parse tool calls with this chat template: {exc}") from exc
-    finally:
-        for k, v in saved.items():
-            setattr(tokenizer, k, v)
-    training = get_training_chat_template(tokenizer)
-    if training is None and not has_generation_markers(template):
-        raise ModelPreparationError("TRL has no training variant (assistant-only loss) for this chat template")
-    return {
-        "name": trl_template_name(template),
-        "sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
-        "training_name": trl_template_name(training) if training else trl_template_name(template),
-    }
-
-
-def qwen2_tokenizer(
-    vocab: dict[str, int],
-    merges: Sequence[tuple[str, str]],
-    *,
-    chat_template: str,
-    model_max_length: int = QWEN_CONTEXT,
-):
-    """A Qwen2.5 tokenizer from byte-level BPE ranks (151,643 entries) and merges.
-
-    Appends `QWEN2_5_ADDED_TOKENS` at ids 151643..151664 (the vocab must not already hold them at other
-    ids), eos `<|im_end|>`, pad `<|endoftext|>`, no bos/unk — as Qwen2.5-Instruct's tokenizer_config. Uses
-    transformers' `Qwen2Tokenizer`, i.e. the upstream pre-tokenizer regex, NFC normaliser and byte-level
-    decoder.
-    """
-    from tokenizers import AddedToken
-    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
-
-    vocab = dict(vocab)
-    if len(vocab) != QWEN2_5_FIRST_ADDED_ID:
-        raise ModelPreparationError(
-            f"Qwen2 BPE vocabulary has {len(vocab)} entries, expected {QWEN2_5_FIRST_ADDED_ID}"
-        )
-    # The added tokens go into the BPE vocab at their ids first: Qwen2Tokenizer.__init__ registers eos/pad
-    # before we add the rest, and an unknown eos would otherwise take id 151643 out of order.
-    for i, (tok, _special) in enumerate(QWEN2_5_ADDED_TOKENS):
-        vocab[tok] = QWEN2_5_FIRST_ADDED_ID + i
-    tokenizer = Qwen2Tokenizer(
-        vocab=vocab,
-        merges=[tuple(m) for m in merges],
-        unk_token=None,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        errors="replace",
-        model_max_length=model_max_length,
-        clean_up_tokenization_spaces=False,
-    )
-    tokenizer.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in QWEN2_5_ADDED_TOKENS])
-    tokenizer.chat_template = chat_template
-    check_qwen2_5_ids(tokenizer)
-    return tokenizer
-
-
-def check_qwen2_5_ids(tokenizer) -> None:
-    """Raise unless the Qwen2.5 added tokens sit at their official ids with their official `special` flags."""
-    decoder = tokenizer.added_tokens_decoder
-    for i, (tok, special) in enumerate(QWEN2_5_ADDED_TOKENS):
-        want = QWEN2_5_FIRST_ADDED_ID + i
-        got = tokenizer.convert_tokens_to_ids(tok)
-        if got != want or want not in decoder or decoder[want].special != special:
-            raise ModelPreparationError(f"tokenizer maps {tok!r} to {got} ({decoder.get(got)!r}), expected {want}")
-    if len(tokenizer) != QWEN2_5_FIRST_ADDED_ID + len(QWEN2_5_ADDED_TOKENS):
-        raise ModelPreparationError(f"Qwen2.5 tokenizer has {len(tokenizer)} tokens, expected 151665")
-
-
-def _gguf_qwen2_tokenizer(reader, chat_template: str):
-    """Rebuild the upstream Qwen2.5 tokenizer from a GGUF's `tokenizer.ggml.*` fields.
-
-    Not transformers' GGUF tokenizer conversion: that one keeps the 271 `[PAD151665]`... placeholder
-    entries as vocabulary (len 151,936 instead of 151,665) and drops the NFC normaliser that the upstream
-    tokenizer.json has. Here NORMAL tokens (type 1) are the BPE ranks, the merges are the GGUF's own list.
-    """
-    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
-    types = reader.fields["tokenizer.ggml.token_type"].contents()
-    merges = [tuple(m.split(" ", 1)) for m in reader.fields["tokenizer.ggml.merges"].contents()]
-    vocab = {tok: i for i, (tok, kind) in enumerate(zip(tokens, types)) if kind == 1}
-    added = [tok for tok, kind in zip(tokens, types) if kind in (3, 4)]  # CONTROL, USER_DEFINED
-    if added != [t for t, _ in QWEN2_5_ADDED_TOKENS]:
-        raise ModelPreparationError(f"GGUF's added tokens are not Qwen2.5's: {added[:5]}... ({len(added)})")
-    return qwen2_tokenizer(vocab, merges, chat_template=chat_template)
-
-
-def _settle_chat_template(tokenizer, preferred: str | None, family: str | None) -> dict[str, Any]:
-    """Make the tokenizer carry a TRL-known template; return what was done, for provenance.
-
-    `preferred` (a TRL template name) wins when given; otherwise a template TRL already knows is kept and an
-    unknown one is replaced by the family's TRL template.
-    """
-    original = tokenizer.chat_template
-    if isinstance(original, dict):  # templates shipped as named variants: TRL reads the default one
-        original = original.get("default")
-    known = trl_template_name(original)
-    target = preferred or (None if known else _FAMILY_TEMPLATES.get(family or ""))
-    if known and (preferred is None or known == preferred):
-        tokenizer.chat_template = original  # a dict of named variants collapses to the default TRL reads
-        source = "model"
-    elif target:
-        tokenizer.chat_template = trl_chat_template(target)
-        source = "trl"
-    else:
-        raise ModelPreparationError(
-            f"the model's chat template is not one TRL {_version('trl')} recognises and no TRL template is known "
-            f"for model family {family!r}; pass chat_template=<name of a trl/chat_templates/*.jinja>"
-        )
-    return {
-        "source": source,
-        "replaced": source == "trl",
-        "original_name": known,
-        "original_sha256": hashlib.sha256(original.encode("utf-8")).hexdigest() if original else None,
-    }
-
-
-# ----------------------------------------------------------------------------------------------------------
 # Preparation
 # ----------------------------------------------------------------------------------------------------------
 
@@ -377,16 +206,13 @@ def prepare_base_model(
     out_dir = Path(out_dir)
     torch_dtype = getattr(torch, dtype)
     t0 = time.monotonic()
-    tmp = out_dir.with_name(f"{out_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_dir(out_dir) as tmp:
         if spec.startswith("offline:"):
             model, tokenizer, prov = _load_offline(spec, torch_dtype, Path(work_dir or out_dir.parent))
         else:
             model, tokenizer, prov = _load_hf(spec, torch_dtype, local_files_only)
         family_template = prov.pop("_trl_template", None)
-        prov["chat_template"] = _settle_chat_template(
+        prov["chat_template"] = settle_chat_template(
             tokenizer, chat_template or family_template, model.config.model_type
         )
         model.save_pretrained(tmp)
@@ -404,7 +230,7 @@ def prepare_base_model(
         reads_thinking = template.pop("_reads_thinking")
         prov["chat_template_kwargs"] = {"enable_thinking": enable_thinking} if reads_thinking else {}
         prov.update(
-            versions={k: _version(k) for k in ("transformers", "trl", "torch", "gguf", "tokenizers")},
+            versions={k: package_version(k) for k in ("transformers", "trl", "torch", "gguf", "tokenizers")},
             fingerprint=model_fingerprint(tmp),
             size_bytes=sum(f.stat().st_size for f in tmp.iterdir() if f.is_file()),
         )
@@ -413,10 +239,6 @@ def prepare_base_model(
         (tmp / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         prov["conversion"] = {"wall_s": round(time.monotonic() - t0, 1), "peak_rss_mb": _peak_rss_mb()}
         readable_files(tmp)
-        _replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return prov
 
 
@@ -443,7 +265,7 @@ def _load_offline(spec: str, torch_dtype, work_dir: Path):
         meta = {k: _gguf_field(reader, k) for k in ("general.architecture", "general.name", "general.file_type")}
         template = _gguf_field(reader, "tokenizer.chat_template")
         if meta["general.architecture"] == "qwen2" and _gguf_field(reader, "tokenizer.ggml.pre") == "qwen2":
-            tokenizer = _gguf_qwen2_tokenizer(reader, template)
+            tokenizer = gguf_qwen2_tokenizer(reader, template)
             eos, pad, bos = 151645, 151643, 151643
         else:
             from transformers import AutoTokenizer
@@ -554,11 +376,6 @@ def untrained_added_tokens(model, tokenizer, threshold: float = 0.999) -> dict[s
     return found
 
 
-def untrained_token_ids(path: str | os.PathLike[str]) -> list[int]:
-    """Ids recorded as untrained at preparation (see `untrained_added_tokens`); [] when none or unknown."""
-    return sorted(read_provenance(path).get("untrained_tokens", {}).values())
-
-
 def _set_generation_ids(model, *, eos: list[int], pad: int | None, bos: int | None) -> None:
     """Token ids only: sampling settings are the caller's (eval and GRPO set them explicitly)."""
     from transformers import GenerationConfig
@@ -589,83 +406,9 @@ def _verify_saved(folder: Path, prov: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
-def readable_files(folder: Path) -> None:
-    """Give saved files the umask's usual modes (safetensors shards are written 0600 via a temp file)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for f in folder.iterdir():
-        if f.is_file():
-            f.chmod(0o666 & ~umask)
-
-
-def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    """Move the finished `tmp` to `out_dir`, replacing an old one with two renames (never a mix of both)."""
-    old = None
-    if out_dir.exists() or out_dir.is_symlink():
-        old = out_dir.with_name(f"{out_dir.name}.old-{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        out_dir.rename(old)
-    tmp.rename(out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Reading prepared folders
-# ----------------------------------------------------------------------------------------------------------
-
-# Files that define a model's behaviour; provenance.json (times, sizes) and READMEs are excluded.
-_FINGERPRINT_PATTERNS = (
-    "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
-    "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json", "vocab.json",
-    "merges.txt", "special_tokens_map.json", "added_tokens.json", "adapter_config.json",
-)  # fmt: skip
-
-
-def model_fingerprint(path: str | os.PathLike[str], length: int = 12) -> str:
-    """Short stable hash of a model folder's weights, config and tokenizer files (names and contents).
-
-    Same files -> same fingerprint, wherever the folder lives; provenance.json is not part of it.
-    """
-    folder = Path(path)
-    files = sorted({f for pat in _FINGERPRINT_PATTERNS for f in folder.glob(pat) if f.is_file()})
-    if not files:
-        raise FileNotFoundError(f"no model files in {folder}")
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.name.encode("utf-8") + b"\0")
-        digest.update(_file_sha256(f).encode("ascii") + b"\n")
-    return digest.hexdigest()[:length]
-
-
-def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The provenance.json of a prepared folder ({} when there is none, e.g. a trainer's output)."""
-    f = Path(path) / PROVENANCE_FILE
-    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
-
-
-def chat_template_kwargs(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Extra `apply_chat_template` kwargs recorded at preparation (e.g. {"enable_thinking": False} for Qwen3)."""
-    return dict(read_provenance(path).get("chat_template_kwargs", {}))
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _gguf_field(reader, key: str):
     field = reader.fields.get(key)
     return None if field is None else field.contents()
-
-
-def _version(dist: str) -> str | None:
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        return importlib.metadata.version(dist)
-    return None
 
 
 def _peak_rss_mb() -> float:

@@ -10,12 +10,40 @@ They are plain data (JSON-friendly through `to_dict`/`from_dict`); no behaviour 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import hashlib
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 HARDNESS_LEVELS: tuple[str, ...] = ("easy", "medium", "hard", "extra")
+
+
+def stable_hash(*parts: object) -> int:
+    """A 64-bit hash of `parts` joined by ':' (sha256): the one hash behind every seeded choice (splits, picks,
+    database seeds, SFT subsets), the same across runs, machines and Python versions (unlike `hash()`)."""
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "big")
+
+
+def unknown_key(key: str, known: "Iterable[str]") -> str:
+    """`'key'` with a "did you mean" hint from `known`, for an error message."""
+    hint = difflib.get_close_matches(str(key), list(known), n=1)
+    return f"'{key}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
+
+
+def strict_kwargs(cls: type, d: "Mapping[str, Any]", what: str) -> dict[str, Any]:
+    """The keys of `d` as constructor arguments of dataclass `cls`; ValueError naming any unknown key.
+
+    The one strict reading of a config mapping (env, rewards, SFT training): a typo in a sweep must fail
+    loudly instead of silently keeping a default.
+    """
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in d if k not in known]
+    if unknown:
+        raise ValueError(f"unknown {what} key(s) {', '.join(unknown_key(k, known) for k in unknown)}")
+    return dict(d)
 TOOL_NAMES: tuple[str, ...] = ("describe", "sample", "query", "answer")
 
 
@@ -132,7 +160,7 @@ class EpisodeRecord:
     named reward over the episode; `reward` is their total. `steps` counts the calls made while the
     episode ran, `parse_failures` those that were not a valid call (unknown tool, arguments that don't
     fit), `budget_exhausted` whether the step budget was used up; `turns`, `strict_call_turns`,
-    `lenient_call_turns` and `end_reason` are filled by model rollouts (`sqlenv.rollout`).
+    `lenient_call_turns` and `end_reason` are filled by model rollouts (`sqlenv.eval.rollout`).
     """
 
     question_id: str

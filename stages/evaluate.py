@@ -27,12 +27,13 @@ from pipeline.params import load_params, section_dict
 from pipeline.results import log_result, write_result
 from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, stage_run
-from sqlenv.evaluation import subset
-from sqlenv.environment import EnvConfig
-from sqlenv.harness import EvalSettings, load_questions_file, play, result_document
-from sqlenv.models import chat_template_kwargs
-from sqlenv.policies import POLICIES, policy as get_policy, run_random
-from sqlenv.rollout import GenerationSettings
+from sqlenv.env.environment import EnvConfig
+from sqlenv.eval.decode import GenerationSettings
+from sqlenv.eval.evaluation import subset
+from sqlenv.eval.harness import EvalSettings, load_questions_file, play, result_document
+from sqlenv.eval.policies import POLICIES, run_random
+from sqlenv.eval.policies import policy as get_policy
+from sqlenv.provenance import chat_template_kwargs
 from sqlenv.types import EpisodeRecord
 
 STAGE = "evaluate"

@@ -27,15 +27,15 @@ from pipeline.io import atomic_dir, atomic_write_json, atomic_write_text
 from pipeline.params import load_params, params_hash
 from pipeline.stage import run_stage
 from pipeline.tracking import log_metrics, stage_run
-from sqlenv.grpo import (
+from sqlenv.provenance import model_fingerprint
+from sqlenv.train.grpo import (
     STAGES,
     build_trainer,
-    completion_only_logprobs_on_cpu,
     phase_sections,
     phase_settings,
     plan_batches,
 )
-from sqlenv.grpo_outputs import (
+from sqlenv.train.grpo_outputs import (
     CURVE_COLUMNS,
     checkpoint_marker_callback,
     curve_rows,
@@ -43,7 +43,7 @@ from sqlenv.grpo_outputs import (
     save_final_model,
     summarize_curve,
 )
-from sqlenv.models import model_fingerprint
+from sqlenv.train.trl_patches import compact_lm_head
 
 START_MODEL = {1: paths.MODELS / "sft", 2: paths.MODELS / STAGES[1]}
 log = logging.getLogger("grpo")
@@ -76,7 +76,7 @@ def main(phase: int) -> None:
         )  # fmt: skip
         logger.attach(trainer)
         t0 = time.monotonic()
-        with completion_only_logprobs_on_cpu():
+        with compact_lm_head():
             trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
         train_s = time.monotonic() - t0
         wall = resume.elapsed_s + train_s  # training time across resumes (to the last checkpoint before a kill)

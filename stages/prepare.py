@@ -19,8 +19,8 @@ from pipeline.io import atomic_dir, atomic_write_json, atomic_write_jsonl
 from pipeline.params import load_params, section_dict
 from pipeline.stage import run_stage
 from pipeline.tracking import log_metrics, stage_run
-from sqlenv.questions import build_questions, questions_summary
-from sqlenv.splits import split_questions
+from sqlenv.data.questions import build_questions, questions_summary
+from sqlenv.data.splits import split_questions
 
 STAGE = "prepare"
 log = logging.getLogger(STAGE)

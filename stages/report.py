@@ -24,10 +24,12 @@ from pipeline.io import atomic_dir, atomic_write_text
 from pipeline.params import load_params
 from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, stage_run
-from sqlenv.harness import load_questions_file
-from sqlenv.models import model_fingerprint
-from sqlenv.policies import POLICIES
-from sqlenv.report import (
+from sqlenv.eval.harness import load_questions_file
+from sqlenv.eval.policies import POLICIES
+from sqlenv.provenance import model_fingerprint
+from sqlenv.report.markdown import machine_description, render_report
+from sqlenv.report.plots import write_plots
+from sqlenv.report.results import (
     CURVES,
     SETS,
     Live,
@@ -35,11 +37,8 @@ from sqlenv.report import (
     curve_summary,
     hardness_table,
     load_inputs,
-    machine_description,
-    render_report,
     results_table,
 )
-from sqlenv.report_plots import write_plots
 
 STAGE = "report"
 EVAL_DIR = paths.report_dir("eval")

@@ -1,18 +1,16 @@
 """DVC stage `sft`: multi-turn SFT warm-up of the base model on the verified trajectories.
 
-    python -m stages.sft                    (params: seed, sft, env, model.dtype)
+    python -m stages.sft                    (params: seed, sft, model.dtype)
 
-Reads data/sft/train.jsonl, models/base/, data/questions/n50.jsonl, data/databases/. Outs: models/sft/
-(the merged model only; the trainer's output_dir is checkpoints/sft/, outside every DVC out),
-reports/sft/metrics.json, reports/sft/loss.csv (DVC plots). After saving, the model is loaded back
-from disk and plays `sft.post_check_episodes` n50 questions greedily; parse rate and accuracy go into the
-metrics, the transcripts into MLflow (JSONL artifact + table).
+Reads data/sft/train.jsonl and models/base/. Outs: models/sft/ (the merged model only; the trainer's
+output_dir is checkpoints/sft/, outside every DVC out), reports/sft/metrics.json, reports/sft/loss.csv
+(DVC plots). How the saved model plays is the evaluation's to say (`evaluate@sft_n200` loads it from
+disk), so training never touches an evaluation question.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
@@ -26,10 +24,7 @@ from pipeline.io import atomic_dir, atomic_write_json, atomic_write_text, read_j
 from pipeline.params import load_params, section_dict
 from pipeline.stage import run_stage
 from pipeline.tracking import log_metrics, stage_run
-from sqlenv.environment import EnvConfig, close_shared_sandboxes
-from sqlenv.evaluation import episode_metrics
-from sqlenv.sft import TrainConfig, post_check, post_check_questions, train_sft
-from sqlenv.types import Question
+from sqlenv.train.sft import TrainConfig, train_sft
 
 STAGE = "sft"
 BASE = paths.MODELS / "base"
@@ -55,7 +50,7 @@ def trainer_logs_into_active_run() -> Iterator[None]:
 
 def main() -> None:
     params = load_params()
-    read = section_dict(params, "seed", "sft", "env")
+    read = section_dict(params, "seed", "sft")
     read["model"] = {"dtype": params.model.dtype}
     with stage_run(STAGE, read) as run:
         t0 = time.monotonic()
@@ -71,40 +66,14 @@ def main() -> None:
         atomic_write_text(paths.report_dir(STAGE) / "loss.csv", curve.to_csv(index=False))
         train_s = time.monotonic() - t0
 
-        env_config = EnvConfig.from_dict(read["env"])
-        n50 = [Question.from_dict(r) for r in read_jsonl(paths.questions_file("n50"))]
-        questions = post_check_questions(n50, params.sft.post_check_episodes, params.seed)
-        t1 = time.monotonic()
-        episodes = (
-            post_check(OUT, questions, db_dir=paths.DATABASES, env_config=env_config,
-                       max_total_tokens=params.sft.post_check_max_tokens)
-            if questions
-            else []
-        )
-        close_shared_sandboxes()
-        check = episode_metrics(episodes) if episodes else {"n": 0}
-        metrics = {
-            **result.metrics(),
-            "post_check": {k: check.get(k) for k in ("n", "accuracy", "parse_rate", "answered_rate",
-                                                    "calls_after_answer_rate", "steps_mean", "tokens_mean")},
-            "wall_s": {"train_and_save": round(train_s, 1), "post_check": round(time.monotonic() - t1, 1)},
-        }
+        metrics = {**result.metrics(), "wall_s": {"train_and_save": round(train_s, 1)}}
         atomic_write_json(paths.metrics_file(STAGE), metrics)
         log_metrics({k: metrics[k] for k in ("dataset", "steps", "step_s", "train_wall_s")}, prefix="sft/")
-        log_metrics(metrics["post_check"], prefix="post_check/")
         log_metrics(metrics["wall_s"], prefix="wall_s/")
         mlflow.set_tag("model_fingerprint", metrics["fingerprint"])
         mlflow.log_dict(metrics, "metrics.json")
-        if episodes:
-            rows = [r.to_dict() for r in episodes]
-            mlflow.log_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "post_check_samples.jsonl")
-            table = pd.DataFrame(rows)[["question_id", "hardness", "correct", "answer", "steps", "parse_failures", "messages"]]
-            mlflow.log_table(table.astype(str), artifact_file="post_check_samples.json")
-        log.info(
-            "%d examples, %d steps, loss %.4f, %.1f s/step; post-check on %d n50 questions: parse rate %s, accuracy %s",
-            result.dataset.examples, result.steps, result.train_loss, result.step_s, check["n"],
-            check.get("parse_rate"), check.get("accuracy"),
-        )
+        log.info("%d examples, %d steps, loss %.4f, %.1f s/step", result.dataset.examples, result.steps,
+                 result.train_loss, result.step_s)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 Reads data/questions/train.jsonl and data/databases/. Outs: data/sft/train.jsonl (one record per kept
 trajectory: id, db_id, hardness, kind, messages, tools) and reports/sft_data/metrics.json (counts by kind
 and hardness, drops by reason). Every trajectory is played through the real environment and accepted by
-the verifier; see `sqlenv.sft_data` for the three kinds.
+the verifier; see `sqlenv.data.sft_data` for the three kinds.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pipeline.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from pipeline.params import load_params, section_dict
 from pipeline.stage import run_stage
 from pipeline.tracking import log_metrics, stage_run
-from sqlenv.environment import EnvConfig, close_shared_sandboxes
-from sqlenv.sft_data import KINDS, SFTDataConfig, build_sft_data, summarize
+from sqlenv.data.sft_data import KINDS, SFTDataConfig, build_sft_data, summarize
+from sqlenv.env.environment import EnvConfig, close_shared_sandboxes
 from sqlenv.types import Question
 
 STAGE = "sft_data"

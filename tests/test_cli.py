@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fixtures_env import Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir, spider_dir  # noqa: F401
-from sqlenv import prompts
 from sqlenv.cli import main, parse_command
+from sqlenv.env import prompts
 
 REPO = Path(__file__).resolve().parents[1]
 

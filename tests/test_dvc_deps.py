@@ -1,5 +1,5 @@
 """Guards dvc.yaml's deps: every project file a stage's script imports (transitively, lazy imports included)
-is covered by one of the stage's deps, so an edit to that file reruns the stage."""
+is covered by one of the stage's deps (a sqlenv/ subpackage folder or a file), so an edit to it reruns the stage."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from import_graph import ROOT, imported_names, package_of
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sqlenv", "pipeline", "stages")
 
 
@@ -29,20 +29,7 @@ def _package_inits(name: str) -> list[Path]:
 
 def _imported_modules(path: Path) -> set[str]:
     """Dotted names of the project modules `path` imports anywhere in it (functions included)."""
-    package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    if path.name != "__init__.py":
-        package = package.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import submodule`
+    found = imported_names(ast.parse(path.read_text(encoding="utf-8")), package_of(path))
     return {name for name in found if name.split(".")[0] in PACKAGES and _module_file(name)}
 
 
@@ -83,11 +70,13 @@ def test_every_imported_project_file_is_a_dep(stage):
     assert not uncovered(script, deps), f"dvc.yaml stage {stage} lacks deps {uncovered(script, deps)}"
 
 
-def test_a_removed_dep_is_caught():
+@pytest.mark.parametrize("removed, missing", [("sqlenv/env", "sqlenv/env/sandbox.py"),
+                                              ("pipeline/io.py", "pipeline/io.py"),
+                                              ("sqlenv/files.py", "sqlenv/files.py")])
+def test_a_removed_dep_is_caught(removed, missing):
     script, deps = stage_commands()["prepare"]
-    assert "sqlenv/sandbox.py" in import_closure(ROOT / script)
-    thinner = [d for d in deps if d not in ("sqlenv/sandbox.py", "sqlenv")]
-    assert "sqlenv/sandbox.py" in uncovered(script, thinner)
+    assert removed in deps and missing in import_closure(ROOT / script)
+    assert missing in uncovered(script, [d for d in deps if d != removed])
 
 
 def test_only_the_grpo_stages_read_rewards():

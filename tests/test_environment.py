@@ -1,13 +1,19 @@
 """Guards SQLEnv: every tool and error path, budget, post-episode and repeat penalties, reward totals."""
 
 import pytest
-
 from fixtures_env import Q_BROKEN, Q_COUNT, Q_FRANCE, Q_JOIN, concert_db_dir  # noqa: F401  (fixture)
-from sqlenv.environment import EnvConfig, GoldQueryError, SQLEnv, TOOL_PARAMS, shared_sandbox
-from sqlenv.rewards import COMPONENTS, RewardConfig
-from sqlenv.sandbox import SandboxError
+
+from sqlenv.env.environment import (
+    TOOL_PARAMS,
+    EnvConfig,
+    GoldQueryError,
+    SQLEnv,
+    shared_sandbox,
+)
+from sqlenv.env.rewards import COMPONENTS, RewardConfig
+from sqlenv.env.sandbox import SandboxError
+from sqlenv.env.verifier import format_answer
 from sqlenv.types import Question
-from sqlenv.verifier import format_answer
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from fixtures_env import QUESTIONS, concert_db_dir, spider_dir  # noqa: F401  (fixtures)
-from sqlenv.tiny_model import build_tiny_model
+
+from sqlenv.train.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def run(argv, capsys):
 
 
 def _main_with(out, argv):
-    from sqlenv import cli as domain_cli
     from pipeline.cli import EVAL
+    from sqlenv import cli as domain_cli
 
     return domain_cli.main(argv, stdout=out, extra={"eval": EVAL})
 
@@ -85,7 +85,7 @@ def test_spider_folder_through_the_loader_and_oracle_gate(tiny, spider_dir, tmp_
         ("missing model", "no model folder at"),
         ("not a model", "is not a model folder"),
         ("unknown db_id", "no database for db_id(s) ['nowhere']"),
-        ("malformed line", "questions.jsonl:2: not a question record"),
+        ("malformed line", "questions.jsonl:2: not valid JSON"),
         ("no source", "give --data DIR"),
     ],
 )

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sqlenv.evaluation import episode_metrics, paired_comparisons, subset
+from sqlenv.eval.evaluation import episode_metrics, paired_comparisons, subset
 from sqlenv.types import EpisodeRecord
 
 

@@ -1,4 +1,4 @@
-"""Guards sqlenv.grpo and grpo_outputs: batch plan, per-phase params, reward components as TRL logs them, checkpoints, few-shot, final model."""
+"""Guards sqlenv.train.grpo and grpo_outputs: batch plan, per-phase params, reward components as TRL logs them, checkpoints, few-shot, final model."""
 
 import copy
 import dataclasses
@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from fixtures_env import Q_COUNT, concert_db_dir  # noqa: F401  (fixture)
-from sqlenv import prompts
-from sqlenv.environment import EnvConfig
-from sqlenv.grpo import (
+
+from sqlenv.env import prompts
+from sqlenv.env.environment import EnvConfig
+from sqlenv.env.rewards import COMPONENTS
+from sqlenv.env.trl_adapter import SQLAgentEnv
+from sqlenv.train.grpo import (
     ENV_REWARD_NAME,
     EPISODE_METRICS,
+    PhaseSettings,
     build_trainer,
-    completion_only_logprobs_on_cpu,
     component_reward_funcs,
     episode_diagnostics,
     grpo_config,
@@ -25,7 +27,7 @@ from sqlenv.grpo import (
     phase_settings,
     plan_batches,
 )
-from sqlenv.grpo_outputs import (
+from sqlenv.train.grpo_outputs import (
     CHECKPOINT_MARKER,
     checkpoint_marker_callback,
     curve_rows,
@@ -34,8 +36,7 @@ from sqlenv.grpo_outputs import (
     save_final_model,
     summarize_curve,
 )
-from sqlenv.rewards import COMPONENTS
-from sqlenv.trl_adapter import SQLAgentEnv
+from sqlenv.train.trl_patches import compact_lm_head
 from sqlenv.types import Question
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,7 +89,7 @@ def test_phase_params_never_leak_across_phases(tmp_path):
     assert set(phase_sections(p, 1)) == {"seed", "env", "rewards", "model", "grpo", "grpo_phase1"}
     assert set(phase_sections(p, 2)) == {"seed", "env", "rewards", "model", "grpo", "grpo_phase2"}
     one, two = phase_settings(phase_sections(p, 1), 1), phase_settings(phase_sections(p, 2), 2)
-    assert one.beta == p["grpo"]["beta"] and two.beta == p["grpo_phase2"]["beta"]
+    assert one.beta == p["grpo_phase1"]["beta"] and two.beta == p["grpo_phase2"]["beta"]
     assert (one.max_completion_length, two.max_completion_length) == (512, 1024)
     assert one.difficulties == ("easy",) and set(two.difficulties) == {"easy", "medium"}
 
@@ -101,12 +102,25 @@ def test_phase_params_never_leak_across_phases(tmp_path):
     r = copy.deepcopy(p)
     r["grpo_phase1"].update(max_steps=99, num_generations=9, difficulties=["extra"])
     assert phase_settings(phase_sections(r, 2), 2) == two
-    # The shared section reaches both phases, except the phase-1 KL coefficient.
+    # The shared section reaches both phases; each phase has its own KL coefficient.
     s = copy.deepcopy(p)
-    s["grpo"].update(beta=0.5, lora_r=8)
-    assert phase_settings(phase_sections(s, 1), 1).beta == 0.5
-    assert phase_settings(phase_sections(s, 2), 2).beta == two.beta
-    assert phase_settings(phase_sections(s, 2), 2).lora_r == 8
+    s["grpo"].update(lora_r=8)
+    assert phase_settings(phase_sections(s, 1), 1).lora_r == phase_settings(phase_sections(s, 2), 2).lora_r == 8
+    assert "beta" not in p["grpo"]
+
+
+def test_phase_settings_are_the_params_sections_and_nothing_else():
+    """PhaseSettings is the grpo + grpo_phaseN sections merged (plus what the stage adds): no knob lives in
+    one and not the other, so a params key can neither be ignored nor defaulted by the builder."""
+    from pipeline.params import GRPOParams, GRPOPhaseParams
+
+    fields = {f.name for f in dataclasses.fields(PhaseSettings)}
+    sections = {f.name for f in dataclasses.fields(GRPOParams)} | {f.name for f in dataclasses.fields(GRPOPhaseParams)}
+    assert fields == sections | {"stage", "seed", "dtype", "enable_thinking", "env"}
+    p = repo_params()
+    p["grpo"]["temperature"] = 0.5  # a phase key in the shared section
+    with pytest.raises(ValueError, match="keys in both grpo and grpo_phase1"):
+        phase_settings(phase_sections(p, 1), 1)
 
 
 def test_phase_rewards_are_the_rewards_section():
@@ -230,7 +244,7 @@ def test_completion_only_logprobs_match_trl_default(tmp_path):
     import trl.trainer.utils as trl_utils
     from transformers import AutoModelForCausalLM
 
-    from sqlenv.tiny_model import build_tiny_model
+    from sqlenv.train.tiny_model import build_tiny_model
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "tiny", dtype="float32"))
     trl_utils.add_fused_lm_head(model, temperature=0.9, outputs=("log_probs", "entropy"))
@@ -239,7 +253,7 @@ def test_completion_only_logprobs_match_trl_default(tmp_path):
     labels[:, :30] = -100  # a prompt of 30 tokens, 10 completion tokens scored
     original = trl_utils._use_triton
     default = model(input_ids=ids, labels=labels, fused_lm_head=True)
-    with completion_only_logprobs_on_cpu():
+    with compact_lm_head():
         assert trl_utils._use_triton(torch.device("cpu"))
         compact = model(input_ids=ids, labels=labels, fused_lm_head=True)
     assert trl_utils._use_triton is original
@@ -294,7 +308,7 @@ def _scripted_generation(trainer, tokenizer):
 def scripted_run(tmp_path_factory, concert_db_dir):
     from transformers import AutoTokenizer, TrainerCallback
 
-    from sqlenv.tiny_model import build_tiny_model
+    from sqlenv.train.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("grpo")
     tiny = build_tiny_model(root / "tiny", dtype="float32")
@@ -302,8 +316,8 @@ def scripted_run(tmp_path_factory, concert_db_dir):
     questions.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in COUNT_QUESTIONS))
     p = repo_params()
     p["model"]["dtype"] = "float32"
-    p["grpo"].update(beta=0.0, batch_size=3, checkpoint_every=1, lora_r=4, lora_alpha=8, few_shot_steps=1)
-    p["grpo_phase1"].update(max_steps=2, num_generations=3, max_completion_length=768)
+    p["grpo"].update(batch_size=3, checkpoint_every=1, lora_r=4, lora_alpha=8, few_shot_steps=1)
+    p["grpo_phase1"].update(beta=0.0, max_steps=2, num_generations=3, max_completion_length=768)
     settings = phase_settings(phase_sections(p, 1), 1)
     steps = []
 
@@ -319,7 +333,7 @@ def scripted_run(tmp_path_factory, concert_db_dir):
     trainer = build_trainer(settings, model_path=tiny, questions_file=questions, db_dir=concert_db_dir,
                             checkpoint_dir=root / "ck", callbacks=[Recorder(), checkpoint_marker_callback(key)])  # fmt: skip
     _scripted_generation(trainer, AutoTokenizer.from_pretrained(tiny))
-    with completion_only_logprobs_on_cpu():  # as the stage trains
+    with compact_lm_head():  # as the stage trains
         trainer.train()
     return {"trainer": trainer, "steps": steps, "root": root, "tiny": tiny, "key": key}
 

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from sqlenv.hardness import HardnessComponents, hardness, hardness_components, level_from_components, tables_used
+from sqlenv.data.hardness import (
+    HardnessComponents,
+    hardness,
+    hardness_components,
+    level_from_components,
+    tables_used,
+)
 from sqlenv.types import HARDNESS_LEVELS
 
 # <repo>/../shared/spider unless SQLENV_SPIDER_DIR says otherwise.

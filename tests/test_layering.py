@@ -1,48 +1,88 @@
-"""Guards the layering: no module under sqlenv/ imports mlflow, dvc or the pipeline/stages glue."""
+"""Guards the layering: each part of sqlenv/ imports only the parts below it (no circle, no arrow up), train and
+eval never import each other, sqlenv/ never imports mlflow, dvc or the glue, and pipeline/ never imports stages/."""
+
+from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 import pytest
+from import_graph import ROOT, imported_names, package_of
 
-PACKAGE = Path(__file__).resolve().parents[1] / "sqlenv"
-FORBIDDEN = {"mlflow", "dvc", "pipeline", "stages"}
+PACKAGE = ROOT / "sqlenv"
+FOUNDATION = {"types", "files", "provenance", "chat_templates"}
+# What each part of sqlenv/ may import (besides itself and the standard/third-party libraries), bottom up.
+ALLOWED: dict[str, set[str]] = {
+    "__init__": set(),
+    "types": set(),
+    "files": set(),
+    "provenance": set(),
+    "chat_templates": set(),
+    "env": {"types"},
+    "data": {"types", "files", "env"},
+    "models": {"types", "files", "provenance", "chat_templates"},
+    "train": FOUNDATION | {"env", "data"},
+    "eval": FOUNDATION | {"env", "data"},
+    "report": FOUNDATION | {"env", "data", "eval"},
+    "cli": FOUNDATION | {"env", "data", "models", "train", "eval", "report"},
+    "__main__": {"cli"},
+}
+FORBIDDEN_ROOTS = {"mlflow", "dvc", "pipeline", "stages"}
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
-def _imported_roots(tree: ast.AST) -> set[str]:
-    roots = set()
-    for node in ast.walk(tree):  # walk: imports inside functions count too
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            roots.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-            "import_module", "__import__"
-        ) and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            roots.add(node.args[0].value.split(".")[0])
-    return roots
+def part_of(path: Path) -> str:
+    """The part of sqlenv/ a file belongs to: its subpackage, or its own name for a top-level module."""
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 
-def test_package_has_modules():
-    assert len(MODULES) >= 5
+def violations(source: str, part: str, package: str = "sqlenv") -> list[str]:
+    """The imports of `source` (a module of `part`) that break the layering."""
+    bad = []
+    for name in imported_names(ast.parse(source), package):
+        root, *rest = name.split(".")
+        if root in FORBIDDEN_ROOTS:
+            bad.append(name)
+        elif root == "sqlenv" and rest:
+            target = rest[0]
+            if target in ALLOWED and target != part and target not in ALLOWED[part]:
+                bad.append(name)
+    return sorted(bad)
+
+
+def test_every_module_belongs_to_a_known_part():
+    assert {part_of(p) for p in MODULES} == set(ALLOWED)
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_module_imports_no_glue(path):
-    bad = _imported_roots(ast.parse(path.read_text(encoding="utf-8"))) & FORBIDDEN
-    assert not bad, f"{path.relative_to(PACKAGE.parent)} imports {sorted(bad)}"
+def test_module_imports_only_downwards(path):
+    bad = violations(path.read_text(encoding="utf-8"), part_of(path), package_of(path))
+    assert not bad, f"{path.relative_to(ROOT)} ({part_of(path)}) imports {bad}"
+
+
+def test_glue_never_imports_the_stages():
+    for path in sorted((ROOT / "pipeline").glob("*.py")):
+        names = imported_names(ast.parse(path.read_text(encoding="utf-8")), "pipeline")
+        assert not [n for n in names if n.split(".")[0] == "stages"], path
 
 
 @pytest.mark.parametrize(
-    "source, bad",
+    "source, part, bad",
     [
-        ("import mlflow", {"mlflow"}),
-        ("from dvc.api import params_show", {"dvc"}),
-        ("def f():\n    import pipeline.io", {"pipeline"}),
-        ("import importlib\nimportlib.import_module('mlflow.tracking')", {"mlflow"}),
-        ("from . import prompts\nimport json", set()),
+        ("import mlflow", "env", ["mlflow"]),
+        ("from dvc.api import params_show", "data", ["dvc.api", "dvc.api.params_show"]),
+        ("def f():\n    import pipeline.io", "eval", ["pipeline.io"]),
+        ("import importlib\nimportlib.import_module('mlflow.tracking')", "report", ["mlflow.tracking"]),
+        ("from sqlenv.eval.rollout import run_episodes", "train", ["sqlenv.eval.rollout", "sqlenv.eval.rollout.run_episodes"]),
+        ("from sqlenv.train import grpo", "eval", ["sqlenv.train", "sqlenv.train.grpo"]),
+        ("from sqlenv.data.oracle import play", "env", ["sqlenv.data.oracle", "sqlenv.data.oracle.play"]),
+        ("from sqlenv.report.markdown import render_report", "eval", ["sqlenv.report.markdown",
+                                                                     "sqlenv.report.markdown.render_report"]),
+        ("from sqlenv.models import prepare_base_model", "train", ["sqlenv.models", "sqlenv.models.prepare_base_model"]),
+        ("from sqlenv.env import prompts\nfrom sqlenv.types import Question\nimport json", "data", []),
+        ("from . import rollout", "eval", []),
     ],
 )
-def test_detector_catches_forbidden_imports(source, bad):
-    assert _imported_roots(ast.parse(source)) & FORBIDDEN == bad
+def test_the_rule_catches_an_arrow_that_runs_up(source, part, bad):
+    assert violations(source, part, "sqlenv." + part) == bad

@@ -12,20 +12,20 @@ import pytest
 import torch
 
 from sqlenv import models
+from sqlenv.chat_templates import QWEN2_5_ADDED_TOKENS, trl_chat_template
 from sqlenv.models import (
     ModelPart,
     ModelPreparationError,
     OfflineModel,
-    QWEN2_5_ADDED_TOKENS,
-    chat_template_kwargs,
     concatenate_parts,
     locate_parts,
-    model_fingerprint,
     prepare_base_model,
-    read_provenance,
-    trl_chat_template,
 )
-from sqlenv.tiny_model import build_tiny_model, qwen2_5_tokenizer, recover_bpe_merges
+from sqlenv.provenance import chat_template_kwargs, model_fingerprint, read_provenance
+from sqlenv.train.tiny_model import (
+    build_tiny_model,
+    recover_bpe_merges,
+)
 
 REAL_BASE = Path(__file__).resolve().parents[1] / "models" / "base"
 
@@ -340,7 +340,7 @@ def _write_tiny_qwen2_gguf(path: Path, chat_template: str, seed: int = 0) -> dic
     tensors as a loader should see them after dequantisation."""
     import gguf
 
-    from sqlenv.tiny_model import _qwen_bpe
+    from sqlenv.train.tiny_model import _qwen_bpe
 
     rng = np.random.default_rng(seed)
     hidden, ffn, heads, kv, layers, vocab_rows = 32, 64, 4, 2, 1, 151936

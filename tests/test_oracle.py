@@ -5,10 +5,10 @@ import json
 import pytest
 
 from fixtures_env import Q_BROKEN, Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir, spider_dir  # noqa: F401
-from sqlenv import prompts
-from sqlenv.environment import SQLEnv
-from sqlenv.oracle import oracle_calls, play
-from sqlenv.verifier import format_answer
+from sqlenv.data.oracle import oracle_calls, play
+from sqlenv.env import prompts
+from sqlenv.env.environment import SQLEnv
+from sqlenv.env.verifier import format_answer
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_unanswered_episode_has_no_closing_turn_and_broken_gold_is_reported(conc
 
 
 def test_oracle_on_spider_sample(spider_dir):
-    from sqlenv.spider import load_spider
+    from sqlenv.data.spider import load_spider
 
     loaded = load_spider(spider_dir, databases=["concert_singer"])
     env = SQLEnv(spider_dir / "database")

@@ -1,18 +1,21 @@
 """Guards the model-free policies: the seeded random agent's episodes and the few-shot system prompts."""
 
 import dataclasses
-
 import json
 
 import pytest
-
 from fixtures_env import Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
-from sqlenv import prompts
-from sqlenv.environment import EnvConfig
-from sqlenv.few_shot import few_shot_examples, few_shot_system_prompt, render_example
-from sqlenv.policies import POLICIES, run_random
-from sqlenv.tool_calls import lenient_tool_calls
-from sqlenv.rollout import Episode
+
+from sqlenv.data.few_shot import (
+    few_shot_examples,
+    few_shot_system_prompt,
+    render_example,
+)
+from sqlenv.env import prompts
+from sqlenv.env.environment import EnvConfig
+from sqlenv.env.tool_calls import lenient_tool_calls
+from sqlenv.eval.policies import POLICIES, run_random
+from sqlenv.eval.rollout import Episode
 
 
 def test_random_policy_is_seeded_and_order_independent(concert_db_dir):

@@ -7,9 +7,9 @@ import pytest
 import trl
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from sqlenv import prompts
-from sqlenv.sandbox import ColumnInfo, ForeignKey, TableInfo
-from sqlenv.types import Question, QueryResult
+from sqlenv.env import prompts
+from sqlenv.env.sandbox import ColumnInfo, ForeignKey, TableInfo
+from sqlenv.types import QueryResult, Question
 
 QWEN_TEMPLATE = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
 Q = Question(id="1", db_id="concert", question="  How many singers?  ", gold_sql="SELECT count(*) FROM singer")

@@ -10,19 +10,16 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from sqlenv.evaluation import episode_metrics
-from sqlenv.report import (
-    comparisons_table,
-    curve_summary,
+from sqlenv.eval.evaluation import episode_metrics
+from sqlenv.report.markdown import (
     interval_half_width,
-    load_inputs,
     pick_examples,
     render_report,
-    results_table,
     transcript_lines,
     transcript_pair,
 )
-from sqlenv.report_plots import CSV_FILES, write_plots
+from sqlenv.report.plots import CSV_FILES, write_plots
+from sqlenv.report.results import comparisons_table, curve_summary, load_inputs, results_table
 from sqlenv.types import EpisodeRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,8 +62,8 @@ def episode(policy, i, correct):
 
 def live_model(root: Path, policy: str) -> str | None:
     """A stand-in model folder for the policy (its config.json only) and its fingerprint; None for random."""
-    from sqlenv.models import model_fingerprint
-    from sqlenv.policies import POLICIES
+    from sqlenv.eval.policies import POLICIES
+    from sqlenv.provenance import model_fingerprint
 
     name = POLICIES[policy].model
     if name is None:

@@ -11,15 +11,16 @@ from __future__ import annotations
 import random
 
 import pytest
+from fixtures_env import Q_JOIN, concert_db_dir  # noqa: F401  (fixture)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fixtures_env import Q_JOIN, concert_db_dir  # noqa: F401  (fixture)
-from sqlenv.environment import EnvConfig, SQLEnv
-from sqlenv.rewards import RewardConfig
-from sqlenv.sandbox import Sandbox
+from sqlenv.env.environment import EnvConfig, SQLEnv
+from sqlenv.env.rewards import RewardConfig
+from sqlenv.env.sandbox import Sandbox
+from sqlenv.env.similarity import result_similarity
+from sqlenv.env.verifier import format_answer
 from sqlenv.types import db_file
-from sqlenv.verifier import format_answer, result_similarity
 
 Q = Q_JOIN
 BUDGET = EnvConfig().step_budget

@@ -2,16 +2,17 @@
 
 import pytest
 
-from sqlenv import rewards
-from sqlenv.rewards import COMPONENTS, RewardConfig
+from sqlenv.env import rewards
+from sqlenv.env.rewards import COMPONENTS, RewardConfig
 
 CFG = RewardConfig()
 
 
 def test_defaults_equal_params_yaml():
     """The library's defaults are the pipeline's (params.yaml): tests of the defaults test the real run."""
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     params = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
     assert CFG == RewardConfig.from_dict(params["rewards"])

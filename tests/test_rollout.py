@@ -8,16 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fixtures_env import Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
-from sqlenv import prompts
-from sqlenv.environment import EnvConfig, SQLEnv
-from sqlenv.oracle import oracle_calls, play
-from sqlenv.rollout import (
+
+from sqlenv.data.oracle import oracle_calls, play
+from sqlenv.env import prompts
+from sqlenv.env.environment import EnvConfig, SQLEnv
+from sqlenv.env.trl_adapter import SQLAgentEnv, tool_methods
+from sqlenv.eval.decode import GenerationSettings, ModelGenerator
+from sqlenv.eval.rollout import (
     Episode,
-    GenerationSettings,
-    ModelGenerator,
-    environment_tools,
     generation_eos_ids,
     play_episodes,
     prompt_token_ids,
@@ -25,8 +24,7 @@ from sqlenv.rollout import (
     run_episodes,
     tool_suffix_ids,
 )
-from sqlenv.tiny_model import build_tiny_model
-from sqlenv.trl_adapter import SQLAgentEnv
+from sqlenv.train.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +107,7 @@ def test_scripted_episode_renders_exactly_like_the_chat_template(tokenizer, conc
     (record,) = play_episodes(gen, tokenizer, [Q_JOIN], db_dir=concert_db_dir, progress=False)
     assert record.correct and record.answered and record.parse_failures == 0
 
-    tools = environment_tools(SQLAgentEnv())
+    tools = tool_methods(SQLAgentEnv())
     full = list(gen.contexts[0][-1]) + gen.completions[0][-1]
     rendered = tokenizer.apply_chat_template(
         prompts.messages_for_template(record.messages), tools=tools, tokenize=True, return_dict=False
@@ -150,7 +148,7 @@ def _fake_trainer(tokenizer, env, max_completion_length, scripted_turns):
     `_tool_call_loop` to run: one environment, one rollout, generations replayed from a script."""
     from trl import GRPOTrainer
 
-    tools = environment_tools(env)
+    tools = tool_methods(env)
     fake = types.SimpleNamespace(
         processing_class=tokenizer,
         _tokenizer=tokenizer,
@@ -398,7 +396,7 @@ def test_batched_cached_and_sequential_runs_agree(chaotic_model, tokenizer, conc
     tokens (hence the same transcripts and verdicts). Each question twice: equal episodes in one batch.
     The random model never writes a call, so every turn is read as a `describe` call here: the episodes
     run several turns, which is what the caches must survive."""
-    import sqlenv.rollout as rollout
+    import sqlenv.eval.rollout as rollout
 
     def every_turn_a_call(tokenizer, completion, prefix, tools, parser="strict"):
         content = tokenizer.decode(completion, skip_special_tokens=True)

@@ -13,9 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from sqlenv.prompts import render_result
-from sqlenv.sandbox import ColumnInfo, ForeignKey, Sandbox, SandboxError, SandboxLimits
-from sqlenv.verifier import format_answer, verify
+from sqlenv.env.prompts import render_result
+from sqlenv.env.sandbox import (
+    ColumnInfo,
+    ForeignKey,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+)
+from sqlenv.env.verifier import format_answer, verify
 
 GENEROUS_S = 5.0  # an upper bound for "stopped quickly" that no loaded CI machine misses
 

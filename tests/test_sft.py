@@ -9,24 +9,24 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sqlenv import prompts
-from sqlenv.environment import EnvConfig
-from sqlenv.models import trl_chat_template
-from sqlenv.questions import build_questions
-from sqlenv.sft import (
+from sqlenv.chat_templates import trl_chat_template
+from sqlenv.data.questions import build_questions
+from sqlenv.data.sft_data import SFTDataConfig, build_sft_data
+from sqlenv.env import prompts
+from sqlenv.env.environment import EnvConfig
+from sqlenv.env.trl_adapter import SQLAgentEnv
+from sqlenv.train.sft import (
     TOOL_TAGS,
     TrainConfig,
     build_dataset,
     build_trainer,
-    compact_lm_head,
     select_examples,
     tokenize_record,
     train_sft,
     training_chat_template,
 )
-from sqlenv.sft_data import SFTDataConfig, build_sft_data
-from sqlenv.tiny_model import build_tiny_model
-from sqlenv.trl_adapter import SQLAgentEnv
+from sqlenv.train.tiny_model import build_tiny_model
+from sqlenv.train.trl_patches import compact_lm_head
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,10 @@ def test_trl_recognises_the_template_and_swaps_in_its_training_variant(tokenizer
 
 def _grpo_trainer_stub(tokenizer, env):
     """The attributes GRPOTrainer's own `_tokenize_prompts`/`_get_tool_suffix_ids` read, set as its __init__ does."""
-    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+    from trl.chat_template_utils import (
+        get_training_chat_template,
+        is_chat_template_prefix_preserving,
+    )
 
     tools = [getattr(env, n) for n, _ in inspect.getmembers(type(env), inspect.isfunction)
              if n not in ("reset", "get_reward") and not n.startswith("_")]
@@ -233,7 +236,7 @@ def test_same_config_gives_the_same_weights_whatever_ran_before(tiny, world, tmp
 
 
 def test_inspect_sft_prints_the_trained_tokens_bracketed(tiny, world, tmp_path, capsys):
-    from sqlenv.inspect_sft import main
+    from sqlenv.train.inspect_sft import main
 
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in world[2][:3]))

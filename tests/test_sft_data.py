@@ -7,10 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from sqlenv import prompts
-from sqlenv.environment import EnvConfig, SQLEnv
-from sqlenv.questions import build_questions
-from sqlenv.sft_data import (
+from sqlenv.data.questions import build_questions
+from sqlenv.data.sft_data import (
     SFTDataConfig,
     assigned_kind,
     build_sft_data,
@@ -19,6 +17,9 @@ from sqlenv.sft_data import (
     table_guesses,
     wrong_queries,
 )
+from sqlenv.env import prompts
+from sqlenv.env.environment import EnvConfig, SQLEnv
+from sqlenv.env.trl_adapter import tool_schemas
 from sqlenv.types import Question
 
 
@@ -71,7 +72,7 @@ def test_trajectories_end_with_one_plain_assistant_turn(data):
 
 
 def test_arguments_are_json_strings_and_tools_are_the_adapter_schemas(data):
-    schemas = json.dumps(prompts.tool_schemas(), ensure_ascii=False)
+    schemas = json.dumps(tool_schemas(), ensure_ascii=False)
     for record in data.records:
         assert record["tools"] == schemas
         assert set(record) == {"id", "db_id", "hardness", "kind", "messages", "tools"}
@@ -176,7 +177,7 @@ def test_table_guesses_flip_the_number_or_spell_out(table, expected):
 
 
 def test_wrong_queries_rename_one_real_identifier_in_place(shop_db):
-    from sqlenv.sandbox import Sandbox
+    from sqlenv.env.sandbox import Sandbox
 
     q = Question(id="s1", db_id="shop", question="?", gold_sql="SELECT name FROM customers WHERE city = 'London'")
     with Sandbox(shop_db) as box:

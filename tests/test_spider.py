@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sqlenv import verifier
-from sqlenv.sandbox import SandboxLimits
-from sqlenv.spider import LoadResult, load_spider, load_tables_json, normalize_sql
+from sqlenv.data.spider import LoadResult, load_spider, load_tables_json, normalize_sql
+from sqlenv.env import verifier
+from sqlenv.env.sandbox import SandboxLimits
 from sqlenv.types import HARDNESS_LEVELS
 
 # <repo>/../shared/spider unless SQLENV_SPIDER_DIR says otherwise.
@@ -34,7 +34,7 @@ QUESTIONS = [
     ("empty_db", "SELECT count(*) FROM t", "empty_database"),
     ("ghost", "SELECT count(*) FROM t", "missing_database"),
     ("shop", "SELECT name FROM item LIMIT 1", "nondeterministic"),  # binding LIMIT, no ORDER BY
-    ("shop", "SELECT name FROM item ORDER BY price LIMIT 10", "kept"),  # LIMIT does not bind
+    ("shop", "SELECT name FROM item ORDER BY price LIMIT 10", "nondeterministic"),  # b/c tie inside the answer:
     ("shop", "SELECT price FROM item ORDER BY price LIMIT 2", "kept"),  # tied rows return the same value
     ("shop", "SELECT count(*) FROM item WHERE name = (SELECT name FROM item ORDER BY price LIMIT 1 OFFSET 1)",
      "nondeterministic"),  # the tie sits in a subquery
@@ -52,6 +52,8 @@ QUESTIONS = [
     ("shop", "SELECT name, price FROM item WHERE price > 15", "kept"),
     ("shop", "SELECT *, price AS p FROM item ORDER BY p LIMIT 2", "nondeterministic"),  # `*` shifts positions
     ("broken", "SELECT count(*) FROM t", "bad_database"),  # the file is not SQLite
+    ("shop", "SELECT name FROM item ORDER BY price", "nondeterministic"),  # b/c tie, their order SQLite's choice
+    ("shop", "SELECT name FROM item WHERE price != 20 ORDER BY price", "kept"),  # no tie left
 ]
 
 
@@ -96,7 +98,7 @@ def test_each_question_kept_or_dropped_for_the_right_reason(tiny):
 
 def test_drop_counts_by_category(tiny):
     counts = load_spider(tiny).drop_counts()
-    assert counts == {"nondeterministic": 8, "sql_error": 1, "empty_database": 1, "missing_database": 1,
+    assert counts == {"nondeterministic": 10, "sql_error": 1, "empty_database": 1, "missing_database": 1,
                       "unparsable_sql": 1, "bad_database": 1}
     assert list(counts)[0] == "nondeterministic"  # most frequent first
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from sqlenv.splits import allocate, split_questions, stratified_sample
+from sqlenv.data.splits import allocate, split_questions, stratified_sample
 from sqlenv.types import HARDNESS_LEVELS, Question
 
 

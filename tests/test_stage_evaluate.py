@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from stage_harness import run_stage, small_params
 
-from sqlenv.tiny_model import build_tiny_model
+from sqlenv.train.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_missing_model_fails_cleanly(workdir):
 def test_source_is_the_model_played_and_a_foreign_model_is_stale(workdir):
     """`--source` is honoured: `sft` played from the base folder records that folder, and the report, whose
     live sft model is another one, leaves it out as stale."""
-    from sqlenv.tiny_model import build_tiny_model
+    from sqlenv.train.tiny_model import build_tiny_model
 
     build_tiny_model(workdir / "models" / "sft", seed=1)
     run_stage(workdir, "evaluate", "--policy", "sft", "--set", "n50", "--source", "models/base")

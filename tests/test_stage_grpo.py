@@ -13,11 +13,11 @@ import mlflow
 import pandas as pd
 import pytest
 import yaml
-
 from fixtures_env import QUESTIONS, make_concert_db
-from sqlenv.grpo_outputs import CHECKPOINT_MARKER, CURVE_COLUMNS
-from sqlenv.rewards import COMPONENTS
-from sqlenv.tiny_model import build_tiny_model
+
+from sqlenv.env.rewards import COMPONENTS
+from sqlenv.train.grpo_outputs import CHECKPOINT_MARKER, CURVE_COLUMNS
+from sqlenv.train.tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL_FILES = {"config.json", "generation_config.json", "model.safetensors", "provenance.json", "tokenizer.json",
@@ -103,7 +103,7 @@ def test_phase1_outs_and_mlflow_run(workspace):
     record = json.loads(Path(client.download_artifacts(run.info.run_id, transcripts[0].path)).read_text().splitlines()[0])
     assert record["messages"][0]["role"] == "system" and record["verdict"] in ("correct", "wrong", "unanswered")
     assert set(record["reward_components"]) == set(COMPONENTS)
-    assert run.data.params["grpo.beta"] == "0.04" and "grpo_phase2.beta" not in run.data.params
+    assert run.data.params["grpo_phase1.beta"] == "0.04" and "grpo_phase2.beta" not in run.data.params
 
 
 def test_phase2_starts_from_phase1(workspace):

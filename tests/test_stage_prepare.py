@@ -8,7 +8,6 @@ import pytest
 from stage_harness import run_stage, small_params
 
 
-
 def run_prepare(workdir: Path, params: dict, expect_ok=True):
     return run_stage(workdir, "prepare", params=params, expect_ok=expect_ok)
 

@@ -5,7 +5,7 @@ import math
 import pytest
 from scipy.stats import binomtest
 
-from sqlenv.stats import mcnemar_exact, paired_difference, wilson_interval
+from sqlenv.eval.stats import mcnemar_exact, paired_difference, wilson_interval
 
 
 def outcomes(both: int, only_a: int, only_b: int, neither: int) -> tuple[list[bool], list[bool]]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sqlenv.tool_calls import lenient_tool_calls
+from sqlenv.env.tool_calls import lenient_tool_calls
 
 
 def call(name, arguments):

@@ -59,3 +59,23 @@ def test_failed_stage_run_is_marked_failed(store):
             raise RuntimeError("boom")
     (stage,) = [r for r in _runs() if "stage" in r.data.tags]
     assert stage.info.status == "FAILED"
+
+
+def test_a_running_pipeline_does_not_make_its_commit_dirty(tmp_path, monkeypatch):
+    """DVC rewrites dvc.lock and the stages write reports/ during a run: only other tracked files count."""
+    import subprocess
+
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    (tmp_path / "reports").mkdir()
+    for name in ("dvc.lock", "code.py", "reports/metrics.json"):
+        (tmp_path / name).write_text("0\n")
+    subprocess.run(git + ["init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["commit", "-qm", "c"], cwd=tmp_path, check=True)
+    (tmp_path / "dvc.lock").write_text("1\n")
+    (tmp_path / "reports/metrics.json").write_text("1\n")
+    sha, dirty = tracking.git_commit()
+    assert len(sha) == 40 and not dirty
+    (tmp_path / "code.py").write_text("1\n")
+    assert tracking.git_commit()[1]

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 import trl
+from fixtures_env import Q_COUNT, Q_JOIN, concert_db_dir  # noqa: F401  (fixture)
 from transformers.utils import get_json_schema
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from fixtures_env import Q_COUNT, Q_JOIN, concert_db_dir  # noqa: F401  (fixture)
-from sqlenv import prompts
-from sqlenv.environment import TOOL_PARAMS, EnvConfig, SQLEnv
-from sqlenv.oracle import play
-from sqlenv.trl_adapter import SQLAgentEnv
+from sqlenv.data.oracle import play
+from sqlenv.env import prompts
+from sqlenv.env.environment import TOOL_PARAMS, EnvConfig, SQLEnv
+from sqlenv.env.trl_adapter import SQLAgentEnv, tool_schemas
 
 QWEN_TEMPLATE = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
 
@@ -62,7 +62,7 @@ EXPECTED = {
 
 def test_schemas_as_trl_derives_them():
     schemas = [get_json_schema(m) for m in _trl_tools(SQLAgentEnv(None))]  # what apply_chat_template does
-    assert schemas == prompts.tool_schemas()
+    assert schemas == tool_schemas()
     assert [s["function"]["name"] for s in schemas] == ["answer", "describe", "query", "sample"]
     for schema in schemas:
         fn = schema["function"]
@@ -80,7 +80,7 @@ def test_schemas_render_through_qwen_template():
     messages = prompts.initial_messages(Q_COUNT, ["singer"])
     from_methods, _ = render_jinja_template([messages], tools=_trl_tools(env), chat_template=QWEN_TEMPLATE,
                                             add_generation_prompt=True)
-    from_schemas, _ = render_jinja_template([messages], tools=prompts.tool_schemas(), chat_template=QWEN_TEMPLATE,
+    from_schemas, _ = render_jinja_template([messages], tools=tool_schemas(), chat_template=QWEN_TEMPLATE,
                                             add_generation_prompt=True)
     text = from_methods[0]
     assert text == from_schemas[0]
@@ -181,7 +181,7 @@ def grpo_trainer(tmp_path_factory, concert_db_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from sqlenv.tiny_model import build_tiny_model
+    from sqlenv.train.tiny_model import build_tiny_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     tiny = build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")

@@ -6,7 +6,9 @@ import random
 
 import pytest
 
-from sqlenv.verifier import VERIFIER_VERSION, format_answer, is_ordered, result_similarity, verify
+from sqlenv.data.hardness import is_ordered
+from sqlenv.env.similarity import result_similarity
+from sqlenv.env.verifier import VERIFIER_VERSION, format_answer, verify
 
 PEOPLE = [("Joe", 52), ("Tim", 32), ("Ann", 29)]
 NAMES = [("Joe",), ("Tim",), ("Ann",)]

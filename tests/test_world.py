@@ -6,16 +6,16 @@ from collections import Counter
 
 import pytest
 
-from sqlenv.hardness import hardness, tables_used
-from sqlenv.sandbox import Sandbox
+from sqlenv.data.hardness import hardness, is_ordered, tables_used
+from sqlenv.data.world import DOMAINS, STYLE_NAMES, build_world
+from sqlenv.data.world import build as build_module
+from sqlenv.data.world.checks import ambiguous, check
+from sqlenv.data.world.domains import get_domain
+from sqlenv.data.world.generate import quotas
+from sqlenv.data.world.naming import RESERVED, STYLES, name_database
+from sqlenv.env.sandbox import Sandbox
+from sqlenv.env.verifier import format_answer, verify
 from sqlenv.types import HARDNESS_LEVELS, db_file
-from sqlenv.verifier import format_answer, is_ordered, verify
-from sqlenv.world import DOMAINS, STYLE_NAMES, build_world
-from sqlenv.world import build as build_module
-from sqlenv.world.checks import ambiguous, check
-from sqlenv.world.domains import get_domain
-from sqlenv.world.generate import quotas
-from sqlenv.world.naming import RESERVED, STYLES, name_database
 
 SMALL = dict(domains=["retail", "sports", "hospital"], databases_per_domain=2, questions_per_db=40)
 

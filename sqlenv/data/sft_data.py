@@ -1,0 +1,377 @@
+"""SFT trajectories: one verified multi-turn episode per training question, played through the real environment.
+
+Every trajectory is a scripted episode run by `oracle.play` through `SQLEnv`, so each tool result is the
+environment's own text and each message is rendered by `sqlenv.env.prompts` in the layout TRL produces at GRPO
+time (system + user(question + tables), assistant turns with structured `tool_calls` whose arguments are
+JSON strings, `role: "tool"` results, and a closing plain assistant turn so the model learns to stop).
+
+Three kinds, chosen per question by stable hashes of (seed, id) — never by file order:
+- `plain`:    describe each table the gold SQL reads → query the gold SQL → answer → plain reply;
+- `sample`:   the same with one `sample` of the first table before the query (`sample_fraction`);
+- `recovery`: a plausible wrong query — one column or table reference of the gold SQL renamed, with
+  sqlglot locating it, to a name a pretrained model would guess (`name` for `std_name`, `year_built` for
+  `yr_built`, `FLIGHT` for `FLIGHTS`) — → the environment's real `Error: no such column/table ...` →
+  describe the table the name belongs to → the corrected (gold) query → answer (`error_recovery_fraction`).
+  The other gold tables are described before the wrong query (see `trajectory_calls`). A question where no
+  rename yields a real name error is played as `plain` instead and counted (`recovery_unavailable`).
+
+Only trajectories the verifier accepts are kept; the others are counted by reason. What this does not do:
+teach exploration beyond the gold tables, or recover from wrong *answers* — the oracle knows the gold SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from sqlenv.data.oracle import oracle_calls, play
+from sqlenv.data.world.naming import ABBREVIATIONS, RESERVED
+from sqlenv.env import prompts
+from sqlenv.env.environment import EnvConfig, SQLEnv
+from sqlenv.env.sandbox import Sandbox
+from sqlenv.env.trl_adapter import tool_schemas
+from sqlenv.types import HARDNESS_LEVELS, Question, stable_hash
+
+KINDS: tuple[str, ...] = ("plain", "sample", "recovery")
+_UNIT = float(2**64)
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_EXPAND = {short: long for long, short in ABBREVIATIONS.items()}  # "yr" -> "year": the name a model would guess
+_EXPAND.update({"std": "student", "no": "number", "nm": "name", "desc": "description", "cnt": "count"})
+
+
+@dataclass(frozen=True)
+class SFTDataConfig:
+    """Shares of the trajectory kinds; `seed` drives every per-question choice."""
+
+    error_recovery_fraction: float = 0.2
+    sample_fraction: float = 0.3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("error_recovery_fraction", "sample_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"sft_data.{name} must be in [0, 1], got {value}")
+
+
+@dataclass
+class SFTDataResult:
+    records: list[dict[str, Any]]
+    drop_counts: dict[str, int] = field(default_factory=dict)
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+    recovery_unavailable: int = 0
+
+
+def _unit(seed: int, key: str) -> float:
+    return stable_hash(seed, key) / _UNIT
+
+
+def assigned_kind(question_id: str, config: SFTDataConfig) -> str:
+    """The kind a question is assigned to: independent stable hashes for recovery and sample."""
+    if _unit(config.seed, "sft-recovery:" + question_id) < config.error_recovery_fraction:
+        return "recovery"
+    if _unit(config.seed, "sft-sample:" + question_id) < config.sample_fraction:
+        return "sample"
+    return "plain"
+
+
+# ---------------------------------------------------------------------------------------- wrong queries
+def _words(identifier: str) -> list[str]:
+    # snake_case, camelCase, UPPER_CASE and digits all split into lower-case words.
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", identifier)
+    return [w.lower() for w in re.split(r"[_\W]+", spaced) if w]
+
+
+def column_guesses(column: str, table: str) -> list[str]:
+    """Names a pretrained model would plausibly write for `column` of `table`, most plausible first.
+
+    The conventional spelling (abbreviations expanded, snake_case), the last word alone (`std_name` -> `name`),
+    and for a one-word column the table-prefixed form (`Name` of `teacher` -> `teacher_name`). Not filtered
+    against the schema; `wrong_queries` does that.
+    """
+    words = _words(column)
+    if not words:
+        return []
+    guesses = ["_".join(_EXPAND.get(w, w) for w in words), "_".join(words)]
+    if len(words) > 1:
+        guesses.append(words[-1] if words[-1] != "id" else "_".join(words[-2:]))
+        guesses.append("_".join(_EXPAND.get(w, w) for w in words[1:]))
+    else:
+        table_words = _words(table)
+        if table_words:
+            singular = _singular(table_words[-1])
+            guesses.append(f"{singular}_{words[0]}")
+    return list(dict.fromkeys(guesses))
+
+
+def _singular(word: str) -> str:
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
+        return word[:-1]
+    return word
+
+
+def table_guesses(table: str) -> list[str]:
+    """Names a model would guess for `table`: abbreviations spelled out (`shpmt` -> `shipment`) and the
+    number flipped (`FLIGHTS` -> `FLIGHT`, `teacher` -> `teachers`), in the table's letter case."""
+    words = _words(table)
+    low = table.lower()
+    guesses = []
+    if any(w in _EXPAND for w in words):
+        guesses.append("_".join(_EXPAND.get(w, w) for w in words))
+    suffix = str.upper if table.isupper() else str.lower  # "BOOKINGS" -> "BOOKING", "Course" -> "Courses"
+    if low.endswith("ies") and len(low) > 4:
+        flipped = table[:-3] + suffix("y")
+    elif low.endswith(("sses", "shes", "ches", "xes")):
+        flipped = table[:-2]
+    elif low.endswith("s") and not low.endswith("ss"):
+        flipped = table[:-1]
+    elif low.endswith("y") and len(low) > 2 and low[-2] not in "aeiou":
+        flipped = table[:-1] + suffix("ies")
+    elif low.endswith(("s", "x", "ch", "sh")):
+        flipped = table + suffix("es")
+    else:
+        flipped = table + suffix("s")
+    guesses.append(flipped)
+    if table.isupper():
+        guesses = [g.upper() for g in guesses]
+    return [g for g in dict.fromkeys(guesses) if g.lower() != low]
+
+
+@dataclass(frozen=True)
+class WrongQuery:
+    sql: str
+    kind: str  # "column" | "table"
+    original: str
+    guess: str
+    table: str  # the real table the renamed reference belongs to (the one to describe after the error)
+
+
+def wrong_queries(question: Question, sandbox: Sandbox) -> list[WrongQuery]:
+    """Every single-rename corruption of the gold SQL that should fail with a name error, best first.
+
+    sqlglot locates the identifiers; the rename is spliced into the original text at the identifier's
+    character offsets so the rest of the statement stays byte-identical. Only unquoted references to real
+    columns/tables are renamed, and never to a name that exists (case-insensitively) in the query's tables.
+    """
+    try:
+        tree = sqlglot.parse_one(question.gold_sql, read="sqlite")
+    except SqlglotError:
+        return []
+    sql = question.gold_sql
+    tables, aliases = {}, {}
+    for node in tree.find_all(exp.Table):
+        real = sandbox.resolve_table(node.name)
+        if real is not None:
+            tables[real] = sandbox.table_info(real)
+            aliases[node.alias_or_name.lower()] = real
+    taken_columns = {c.name.lower() for info in tables.values() if info for c in info.columns}
+    column_owner = {}  # column -> the first query table that has it (for an unqualified reference)
+    for real, info in tables.items():
+        for c in info.columns if info else ():
+            column_owner.setdefault(c.name.lower(), real)
+    taken_tables = {t.lower() for t in sandbox.table_names()}
+
+    out: list[WrongQuery] = []
+    for node in tree.find_all(exp.Column):
+        ident = node.this
+        if not isinstance(ident, exp.Identifier) or ident.quoted or ident.name.lower() not in column_owner:
+            continue
+        owner = aliases.get(node.table.lower(), column_owner[ident.name.lower()])  # T2.name: T2's table
+        for guess in column_guesses(ident.name, owner):
+            if guess.lower() in taken_columns or guess.lower() in RESERVED or not _IDENT.match(guess):
+                continue
+            spliced = _splice(sql, ident, guess)
+            if spliced:
+                out.append(WrongQuery(spliced, "column", ident.name, guess, owner))
+                break
+    for node in tree.find_all(exp.Table):
+        ident = node.this
+        real = sandbox.resolve_table(ident.name) if isinstance(ident, exp.Identifier) else None
+        if real is None or ident.quoted:
+            continue
+        for guess in table_guesses(ident.name):
+            if guess.lower() in taken_tables or guess.lower() in RESERVED or not _IDENT.match(guess):
+                continue
+            spliced = _splice(sql, ident, guess)
+            if spliced:
+                out.append(WrongQuery(spliced, "table", ident.name, guess, real))
+                break
+    return list({w.sql: w for w in out}.values())
+
+
+def _splice(sql: str, ident: exp.Identifier, replacement: str) -> str | None:
+    start, end = ident.meta.get("start"), ident.meta.get("end")
+    if start is None or end is None or sql[start : end + 1] != ident.name:
+        return None  # no reliable offsets: better no corruption than a corrupted statement we can't explain
+    return sql[:start] + replacement + sql[end + 1 :]
+
+
+def _pick_wrong_query(question: Question, sandbox: Sandbox, seed: int) -> WrongQuery | None:
+    """The wrong query for a recovery trajectory: a column guess two times in three, else a table guess.
+
+    The candidates are tried in a stable-hash order; the first one the sandbox really rejects with a
+    name error ("no such column"/"no such table") wins.
+    """
+    candidates = wrong_queries(question, sandbox)
+    if not candidates:
+        return None
+    h = stable_hash(seed, "sft-wrong:" + question.id)
+    prefer = "table" if h % 3 == 0 else "column"
+    ordered = sorted(
+        candidates,
+        key=lambda w: (w.kind != prefer, stable_hash(seed, f"sft-wrong:{question.id}:{w.sql}")),
+    )
+    for wrong in ordered:
+        result = sandbox.execute(wrong.sql)
+        if not result.ok and "no such" in (result.error or ""):
+            return wrong
+    return None
+
+
+# ---------------------------------------------------------------------------------------- trajectories
+def trajectory_calls(
+    question: Question, sandbox: Sandbox, kind: str, seed: int
+) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """(kind actually played, scripted calls). A recovery without a usable wrong query falls back to plain.
+
+    A recovery describes the gold tables *except* the one the wrong name belongs to, writes the wrong
+    query (a guess at that not-yet-described table), gets the error, describes that table, and runs the
+    corrected query. For a one-table query the wrong query comes first. So the model sees an error both
+    before and after it has explored, and in both cases the next move is to look, then fix — never to
+    answer with the error (what a model trained only on clean trajectories does).
+    """
+    calls = oracle_calls(question, sandbox, sample=kind == "sample")
+    if kind != "recovery":
+        return kind, calls
+    wrong = _pick_wrong_query(question, sandbox, seed)
+    if wrong is None:
+        return "plain", calls
+    describes = [c for c in calls if c[0] == "describe"]
+    rest = [c for c in calls if c[0] != "describe"]  # the gold query and the answer
+    owner = [c for c in describes if c[1]["table_name"] == wrong.table]
+    before = [c for c in describes if c[1]["table_name"] != wrong.table] if owner else []
+    return "recovery", before + [("query", {"sql": wrong.sql})] + (owner or describes) + rest
+
+
+def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | None:
+    """Why a played transcript is unfit for training, or None. Guards the shape SFT relies on."""
+    if not messages or messages[-1].get("role") != "assistant" or messages[-1].get("tool_calls"):
+        return "no_final_plain_turn"
+    calls = [m for m in messages if m.get("role") == "assistant" and m.get("tool_calls")]
+    results = [m for m in messages if m.get("role") == "tool"]
+    if len(calls) != len(results):
+        return "unpaired_tool_calls"
+    for m in calls:
+        for call in m["tool_calls"]:
+            if not isinstance(call["function"]["arguments"], str):
+                return "arguments_not_json_string"
+    errors = [i for i, m in enumerate(results) if m["content"].startswith(prompts.ERROR_PREFIX)]
+    if kind == "recovery":
+        if len(errors) != 1:
+            return "recovery_without_single_error"
+        names = [m["tool_calls"][0]["function"]["name"] for m in calls]
+        at = errors[0]
+        if names[at] != "query" or names[at + 1 : at + 2] != ["describe"] or "query" not in names[at + 2 :]:
+            return "recovery_without_describe_then_query"
+    elif errors:
+        return "unexpected_error"
+    return None
+
+
+def build_sft_data(
+    questions: Sequence[Question],
+    db_dir: str | Path,
+    env_config: EnvConfig = EnvConfig(),
+    config: SFTDataConfig = SFTDataConfig(),
+) -> SFTDataResult:
+    """Play one trajectory per question (sorted by id) and keep those the verifier accepts."""
+    env = SQLEnv(db_dir, env_config)
+    tools = json.dumps(tool_schemas(), ensure_ascii=False)
+    records: list[dict[str, Any]] = []
+    dropped: list[tuple[str, str]] = []
+    unavailable = 0
+    for question in sorted(questions, key=lambda q: q.id):
+        wanted = assigned_kind(question.id, config)
+        sandbox = env.sandbox_for(question.db_id)  # a missing database is a data error: it raises
+        kind, calls = trajectory_calls(question, sandbox, wanted, config.seed)
+        unavailable += wanted == "recovery" and kind != "recovery"
+        record = play(env, question, calls)
+        if not record.messages:
+            reason = "gold_sql_fails"
+        elif not record.answered:
+            reason = "not_answered"
+        elif not record.correct:
+            reason = "incorrect"
+        elif record.calls_after_answer or record.parse_failures or record.budget_exhausted:
+            reason = "bad_episode"
+        else:
+            reason = check_trajectory(record.messages, kind)
+        if reason is not None:
+            dropped.append((question.id, reason))
+            continue
+        records.append(
+            {
+                "id": question.id,
+                "db_id": question.db_id,
+                "hardness": question.hardness,
+                "kind": kind,
+                "messages": record.messages,
+                "tools": tools,
+            }
+        )
+    env.close()
+    return SFTDataResult(
+        records=records,
+        drop_counts=dict(sorted(Counter(reason for _, reason in dropped).items())),
+        dropped=dropped,
+        recovery_unavailable=unavailable,
+    )
+
+
+def summarize(result: SFTDataResult, candidates: int) -> dict[str, Any]:
+    """Counts by kind and hardness, drops by reason, and turn/character length statistics."""
+    records = result.records
+    by_kind = Counter(r["kind"] for r in records)
+    by_hardness = Counter(r["hardness"] for r in records)
+    turns = [sum(1 for m in r["messages"] if m["role"] == "assistant") for r in records]
+    chars = [sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls") or "")) for m in r["messages"]) for r in records]
+    return {
+        "candidates": candidates,
+        "kept": len(records),
+        "keep_rate": len(records) / candidates if candidates else 0.0,
+        "by_kind": {k: by_kind.get(k, 0) for k in KINDS},
+        "by_hardness": {h: by_hardness.get(h, 0) for h in HARDNESS_LEVELS},
+        "by_kind_hardness": {
+            k: {h: sum(1 for r in records if r["kind"] == k and r["hardness"] == h) for h in HARDNESS_LEVELS}
+            for k in KINDS
+        },
+        "dropped": result.drop_counts,
+        "recovery_unavailable": result.recovery_unavailable,
+        "assistant_turns": _stats(turns),
+        "message_chars": _stats(chars),
+    }
+
+
+def _stats(values: Sequence[int]) -> dict[str, float]:
+    if not values:
+        return {"min": 0, "mean": 0.0, "median": 0.0, "max": 0}
+    return {
+        "min": min(values),
+        "mean": round(statistics.fmean(values), 2),
+        "median": statistics.median(values),
+        "max": max(values),
+    }

@@ -1,0 +1,412 @@
+"""The SQL-agent environment: one episode is one question over one SQLite database.
+
+`reset(question)` shows only the table names (the agent has to discover the schema);
+`step(tool, arguments)` runs one of the four tools — `describe`, `sample`, `query`,
+`answer` — and returns a `StepResult` with the observation text and the reward
+components that call earned (see `sqlenv.env.rewards`).
+
+What it guards:
+- Every model mistake (unknown tool or table, bad SQL, missing, extra or ill-typed
+  arguments, arguments that are not a JSON object) becomes readable observation text
+  starting with `Error: `. Never an exception, never an empty string.
+- The episode ends at `answer` or when `step_budget` calls have been made. Later calls get
+  an `Error:` observation and the post-episode penalty, and are counted.
+- The `answer` observation is neutral ("Answer recorded …"): it does not say whether the
+  answer was right. Nothing can be learned from it in RL (the episode is over), and
+  keeping it identical for right and wrong answers means SFT transcripts and evaluation
+  transcripts never contain the verdict in the model's context.
+
+Sandboxes and gold results are cached at module level (small LRUs keyed by the database
+file's identity and the limits): TRL creates one environment per concurrent rollout and resets each many
+times, so per-instance caches would reopen databases and rerun gold SQL constantly. An
+evicted sandbox is not closed explicitly — an environment may still hold it — and is
+closed by garbage collection once nobody does.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlenv.env import prompts, rewards
+from sqlenv.env.rewards import RewardConfig
+from sqlenv.env.sandbox import Sandbox, SandboxError, SandboxLimits
+from sqlenv.env.similarity import result_similarity
+from sqlenv.env.verifier import verify
+from sqlenv.types import (
+    TOOL_NAMES,
+    QueryResult,
+    Question,
+    StepResult,
+    db_file,
+    strict_kwargs,
+)
+
+# The single parameter of each tool, in the adapter's signatures too (a test checks).
+TOOL_PARAMS: dict[str, tuple[str, ...]] = {
+    "describe": ("table_name",),
+    "sample": ("table_name",),
+    "query": ("sql",),
+    "answer": ("value",),
+}
+assert tuple(TOOL_PARAMS) == TOOL_NAMES
+
+_SANDBOX_CACHE_SIZE = 32
+_GOLD_CACHE_SIZE = 8192
+_cache_lock = threading.Lock()
+_sandboxes: OrderedDict[tuple[tuple, SandboxLimits], Sandbox] = OrderedDict()
+_gold: OrderedDict[tuple[tuple, str, SandboxLimits], QueryResult] = OrderedDict()
+
+
+class GoldQueryError(ValueError):
+    """The question's gold SQL does not run on its database: a data problem, not a model one."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Episode limits, observation caps and reward weights."""
+
+    step_budget: int = 15
+    sql_timeout_s: float = 2.0
+    max_rows_shown: int = 50
+    max_chars_shown: int = 4000
+    sample_rows: int = 3
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        if self.step_budget < 1:
+            raise ValueError(f"step_budget must be >= 1, got {self.step_budget}")
+        if self.max_rows_shown < 1 or self.max_chars_shown < 1 or self.sample_rows < 1:
+            raise ValueError("max_rows_shown, max_chars_shown and sample_rows must be >= 1")
+
+    @property
+    def limits(self) -> SandboxLimits:
+        return SandboxLimits(timeout_s=self.sql_timeout_s)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "EnvConfig":
+        """Build from a params section (with an optional nested `rewards` mapping); unknown keys fail."""
+        kwargs = strict_kwargs(cls, d, "env config")
+        if isinstance(kwargs.get("rewards"), Mapping):
+            kwargs["rewards"] = RewardConfig.from_dict(kwargs["rewards"])
+        return cls(**kwargs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolved(path: str) -> str:
+    # Path.resolve stats every component: ~50 us, paid on every reset without this cache.
+    return str(Path(path).resolve())
+
+
+def _db_key(db_path: str | Path) -> tuple[str, int, int, int]:
+    """The database file's identity: path plus inode, mtime and size, so that a file rebuilt
+    in place (a re-run of data preparation in the same process) never hits a stale
+    connection or a stale gold result. One stat per reset."""
+    path = _resolved(str(db_path))
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise SandboxError(f"database file not found: {path}") from exc
+    return path, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def shared_sandbox(db_path: str | Path, limits: SandboxLimits) -> Sandbox:
+    """The process-wide sandbox for a database file (opened on first use, LRU-cached)."""
+    return _sandbox_for(_db_key(db_path), limits)
+
+
+def _sandbox_for(db_key: tuple[str, int, int, int], limits: SandboxLimits) -> Sandbox:
+    key = (db_key, limits)
+    with _cache_lock:
+        box = _sandboxes.get(key)
+        if box is not None:
+            _sandboxes.move_to_end(key)
+            return box
+    box = Sandbox(db_key[0], limits)  # raises SandboxError for a file that is not SQLite
+    with _cache_lock:
+        _sandboxes[key] = box
+        while len(_sandboxes) > _SANDBOX_CACHE_SIZE:
+            _sandboxes.popitem(last=False)
+    return box
+
+
+def close_shared_sandboxes() -> None:
+    """Close and forget every cached sandbox and gold result (end of a run, tests)."""
+    with _cache_lock:
+        boxes = list(_sandboxes.values())
+        _sandboxes.clear()
+        _gold.clear()
+    for box in boxes:
+        box.close()
+
+
+def gold_result(sandbox: Sandbox, db_key: tuple, sql: str, limits: SandboxLimits) -> QueryResult:
+    """The gold SQL's result, run once per (database, SQL, limits) in the same sandbox as the agent."""
+    key = (db_key, sql, limits)
+    with _cache_lock:
+        hit = _gold.get(key)
+        if hit is not None:
+            _gold.move_to_end(key)
+            return hit
+    result = sandbox.execute(sql)
+    if result.ok and not result.timed_out:  # a timeout may be load, not the query: don't pin it
+        with _cache_lock:
+            _gold[key] = result
+            while len(_gold) > _GOLD_CACHE_SIZE:
+                _gold.popitem(last=False)
+    return result
+
+
+def _potential(rows: list[tuple], gold_rows: list[tuple]) -> float:
+    """Φ for progress shaping: `result_similarity`, short-cut when the rows equal the gold rows.
+
+    The similarity normalises every cell and searches column alignments, which on Spider
+    costs several times the query itself; a result identical to the gold one (the common
+    last query of a good episode) is 1.0 by definition, and list/Counter equality of the
+    raw rows decides that at C speed.
+    """
+    if rows == gold_rows:
+        return 1.0
+    if rows and len(rows) == len(gold_rows):
+        try:
+            if Counter(rows) == Counter(gold_rows):  # same rows in another order
+                return 1.0
+        except TypeError:  # an unhashable cell cannot come from sqlite3, but don't bet the step on it
+            pass
+    return result_similarity(rows, gold_rows)
+
+
+_USAGE = {tool: f"{tool}({', '.join(params)})" for tool, params in TOOL_PARAMS.items()}
+_EXAMPLE = {tool: json.dumps({p: "..." for p in params}) for tool, params in TOOL_PARAMS.items()}
+
+
+def _check_arguments(tool: str, arguments: Any) -> tuple[dict[str, str] | None, str | None]:
+    """Validate a call's arguments against the tool's parameters: (clean args, None) or (None, error)."""
+    params = TOOL_PARAMS[tool]
+    if type(arguments) is dict and len(arguments) == 1 and type(arguments.get(params[0])) is str:
+        return arguments, None  # the well-formed call: skip the diagnosis below
+    usage, example = _USAGE[tool], _EXAMPLE[tool]
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return None, f"malformed call: the arguments are not valid JSON ({exc.msg}). Use {tool} with {example}."
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, Mapping):
+        return None, f"malformed call: the arguments must be a JSON object like {example}."
+    missing = [p for p in params if p not in arguments]
+    extra = sorted(str(k) for k in arguments if k not in params)
+    if missing or extra:
+        problems = []
+        if missing:
+            problems.append(f"missing argument {', '.join(repr(m) for m in missing)}")
+        if extra:
+            problems.append(f"unexpected argument {', '.join(repr(e) for e in extra)}")
+        return None, f"{'; '.join(problems)}. Usage: {usage}."
+    clean = {}
+    for p in params:
+        value = arguments[p]
+        # A JSON number is unambiguous text (an answer of 42 means "42"); bool, null, lists
+        # and objects are not, and the schema says string.
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = json.dumps(value)
+        if not isinstance(value, str):
+            return None, f"argument '{p}' of {tool} must be a string, got {_json_type(value)}. Usage: {usage}."
+        clean[p] = value
+    return clean, None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return type(value).__name__
+
+
+class SQLEnv:
+    """One question over one SQLite database per episode; see the module docstring."""
+
+    def __init__(self, db_dir: str | Path | None = None, config: EnvConfig = EnvConfig()):
+        self.db_dir = Path(db_dir) if db_dir is not None else None
+        self.config = config
+        self.question: Question | None = None
+        self.sandbox: Sandbox | None = None
+        self.gold: QueryResult | None = None
+        self.tables: list[str] = []
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.done = False
+        self.answered = False
+        self.correct = False
+        self.answer: str | None = None
+        self.verdict_reason = ""
+        self.steps = 0
+        self.calls_after_end = 0
+        self.parse_failures = 0
+        self.budget_exhausted = False
+        self._components = rewards.zero_components()
+        self._recent: list[tuple[str, str]] = []
+        self._seen_results: list[Counter] = []
+        self._last_rows: list[tuple] | None = None  # the last successful query's rows (for progress)
+
+    def sandbox_for(self, db_id: str) -> Sandbox:
+        """The (shared) sandbox of database `db_id` under `db_dir`, opened with this env's limits."""
+        if self.db_dir is None:
+            raise ValueError("SQLEnv.sandbox_for needs db_dir")
+        return shared_sandbox(db_file(self.db_dir, db_id), self.config.limits)
+
+    def close(self) -> None:
+        """Drop this environment's references. Shared sandboxes stay open for other
+        instances; `close_shared_sandboxes()` closes them all."""
+        self.sandbox = self.gold = self.question = None
+
+    # ----------------------------------------------------------------------------- episode
+    def reset(self, question: Question, db_path: str | Path | None = None) -> str:
+        """Start an episode on `question`; returns the tables observation.
+
+        The database is `db_path` if given, else `<db_dir>/<db_id>/<db_id>.sqlite`. Raises
+        `SandboxError` for an unusable database and `GoldQueryError` when the gold SQL fails:
+        both are data problems that must surface, not be trained on.
+        """
+        if db_path is None:
+            if self.db_dir is None:
+                raise ValueError("SQLEnv needs db_dir (Spider layout) or an explicit db_path")
+            db_path = db_file(self.db_dir, question.db_id)
+        limits, db_key = self.config.limits, _db_key(db_path)
+        self.sandbox = _sandbox_for(db_key, limits)
+        gold = gold_result(self.sandbox, db_key, question.gold_sql, limits)
+        if not gold.ok:
+            raise GoldQueryError(f"gold SQL of question {question.id} fails on {question.db_id}: {gold.error}")
+        self.question, self.gold = question, gold
+        self.tables = self.sandbox.table_names()
+        self._reset_state()
+        return prompts.tables_observation(self.tables)
+
+    @property
+    def reward_components(self) -> dict[str, float]:
+        """Each reward component summed over the episode so far."""
+        return dict(self._components)
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(self._components.values()))
+
+    def summary(self) -> dict[str, Any]:
+        """The episode's outcome and diagnostics, JSON-friendly (for logging callbacks)."""
+        q = self.question
+        return {
+            "question_id": q.id if q else None,
+            "db_id": q.db_id if q else None,
+            "hardness": q.hardness if q else None,
+            "steps": self.steps,
+            "answered": self.answered,
+            "correct": self.correct,
+            "budget_exhausted": self.budget_exhausted,
+            "calls_after_end": self.calls_after_end,
+            "parse_failures": self.parse_failures,
+            "reward": self.total_reward,
+            "reward_components": self.reward_components,
+        }
+
+    # -------------------------------------------------------------------------------- step
+    def step(self, tool: str, arguments: Any) -> StepResult:
+        """Run one tool call. Mistakes come back as `Error: ...` observations, never raised."""
+        if self.gold is None:  # set by reset together with question and sandbox
+            raise RuntimeError("SQLEnv.step called before reset")
+        cfg = self.config.rewards.applied
+        if self.done:
+            self.calls_after_end += 1
+            why = "the answer was already submitted" if self.answered else "the step budget is used up"
+            obs = prompts.error(f"the episode is over ({why}). Reply with a short plain sentence and no tool call.")
+            return self._result(obs, {"post_episode_penalty": rewards.post_episode_penalty(cfg)})
+
+        self.steps += 1
+        if type(tool) is str and tool in TOOL_PARAMS:
+            args, problem = _check_arguments(tool, arguments)
+        else:
+            args, problem = None, f"unknown tool {tool!r}. Available tools: {', '.join(TOOL_NAMES)}."
+        key = rewards.call_key(tool, args) if args is not None else (str(tool), repr(arguments))
+        earned = {"repeat_penalty": rewards.repeat_penalty(key, self._recent, cfg)}
+        self._recent.append(key)
+        new_result = False
+        if problem is not None:
+            self.parse_failures += 1
+            obs = prompts.error(problem)
+        elif tool == "query":
+            obs, new_result = self._query(args["sql"])
+        elif tool == "answer":
+            obs = self._answer(args["value"], earned)
+        else:
+            obs = self._table_tool(tool, args["table_name"])
+        earned["operational"] = rewards.operational(new_result, cfg)
+        if self.steps >= self.config.step_budget and not self.done:
+            self.done = self.budget_exhausted = True
+            obs += (
+                f"\n\nError: the step budget ({self.config.step_budget} calls) is used up; "
+                "the episode is over without an answer."
+            )
+        return self._result(obs, earned)
+
+    def _result(self, observation: str, earned: dict[str, float]) -> StepResult:
+        components = self._components
+        for name, value in earned.items():
+            components[name] += value
+        clip = rewards.bound(components, self.config.rewards.applied)
+        if clip:
+            components["bound"] += clip
+            earned["bound"] = earned.get("bound", 0.0) + clip
+        return StepResult(observation, earned, self.done)
+
+    def _table_tool(self, tool: str, name: str) -> str:
+        table = self.sandbox.resolve_table(name)
+        if table is None:
+            return prompts.error(f"unknown table {name!r}. Tables in this database: {', '.join(self.tables)}.")
+        if tool == "describe":
+            info = self.sandbox.table_info(table)
+            if info is None:  # resolve_table found it, so only a concurrent schema change gets here
+                return prompts.error(f"cannot describe table {table!r}.")
+            return prompts.render_table_info(info)
+        result = self.sandbox.sample(table, self.config.sample_rows)
+        return prompts.render_result(result, self.config.max_rows_shown, self.config.max_chars_shown)
+
+    def _query(self, sql: str) -> tuple[str, bool]:
+        cfg = self.config
+        result = self.sandbox.execute(sql)  # an empty statement is the sandbox's error to report
+        obs = prompts.render_result(result, cfg.max_rows_shown, cfg.max_chars_shown)
+        if not result.ok:
+            return obs, False
+        self._last_rows = result.rows
+        new_result = rewards.is_new_result(result.rows, self._seen_results)
+        if new_result:
+            self._seen_results.append(Counter(result.rows))
+        return obs, new_result
+
+    def progress_potential(self) -> float:
+        """Φ of the episode so far: the last successful query's result against the gold result (0 if none)."""
+        return 0.0 if self._last_rows is None else _potential(self._last_rows, self.gold.rows)
+
+    def _answer(self, value: str, earned: dict[str, float]) -> str:
+        cfg = self.config.rewards.applied
+        verdict = verify(value, self.gold.rows, self.question.ordered)
+        self.done = self.answered = True
+        self.answer, self.correct, self.verdict_reason = value, verdict.correct, verdict.reason
+        earned["correctness"] = rewards.correctness(verdict.correct, cfg)
+        earned["format"] = rewards.format_reward(True, cfg)
+        if cfg.progress_weight:  # the similarity search is the costly part of a step: only when it pays
+            earned["progress"] = rewards.progress(self.progress_potential(), cfg)
+        shown = value if len(value) <= self.config.max_chars_shown else value[: self.config.max_chars_shown] + "\u2026"
+        return f"Answer recorded: {shown}\nThe episode is over. Reply with a short plain sentence and no tool call."

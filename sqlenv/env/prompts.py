@@ -1,0 +1,215 @@
+"""Everything the model reads besides the tool schemas: system prompt, question rendering, tool results.
+
+SFT data, GRPO rollouts, evaluation and the interactive `sqlenv play` all render through
+this module, so the text a model is trained on and the text it is evaluated on cannot
+drift apart. The layout mirrors what TRL 1.16's `GRPOTrainer(environment_factory=...)`
+does at rollout time:
+
+- the dataset's `prompt` is `[system, user(question)]`; TRL appends the string returned by
+  `reset()` to the last user message *without a separator*, so `tables_observation`
+  starts with its own blank line;
+- each assistant turn carries structured `tool_calls`, and each call's result follows as
+  a `{"role": "tool", "name": ..., "content": ...}` message;
+- tool schemas are not written here: TRL derives them from the adapter's public methods
+  (`env.trl_adapter.tool_schemas`), so the adapter is their one source.
+
+Arguments in stored transcripts are JSON *strings* (a HF dataset would otherwise unify the
+per-tool argument dicts into one struct with nulls for the other tools' parameters).
+The Qwen2.5 chat template renders `arguments | tojson`, which would quote such a string,
+so anything that renders stored transcripts through a chat template must first call
+`messages_for_template` to turn the strings back into objects — that is what the model
+itself emits and what TRL parses at GRPO time.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlenv.env.verifier import SHORT_FLOAT_CHARS, format_float
+from sqlenv.types import QueryResult, Question, blob_text
+
+if TYPE_CHECKING:  # the sandbox module is only needed for the type of `render_table_info`'s argument
+    from sqlenv.env.sandbox import TableInfo
+
+SYSTEM_PROMPT = (
+    "You answer questions about a SQLite database by calling tools. "
+    "You are told the table names; the columns are hidden until you look.\n"
+    "Tools:\n"
+    "- describe(table_name): the table's columns with types, primary key and foreign keys.\n"
+    "- sample(table_name): a few rows of the table.\n"
+    "- query(sql): run one read-only SQLite SELECT statement and see its rows.\n"
+    "- answer(value): submit the final answer. The episode ends after it.\n"
+    "Explore the schema with describe (and sample when values matter) before you write a query. "
+    "When a query returns the rows that answer the question, call answer exactly once, "
+    "copying the values from that query result: a single value as it is, one column as "
+    "'a, b, c', several columns as one row per line with ' | ' between values. "
+    "After answering, stop: reply with a short plain sentence and no tool call."
+)
+
+# The plain assistant turn that closes a scripted (SFT) episode after `answer`; TRL only
+# stops a rollout when the model produces a turn without a tool call, so the model must
+# learn to emit one.
+FINAL_REPLY = "I have submitted the answer."
+
+ERROR_PREFIX = "Error: "
+_COLUMN_SEP = " | "
+_ELLIPSIS = "\u2026"  # "…": one token-cheap character for "more follows"
+
+
+def user_message(question: Question) -> dict[str, str]:
+    """The user turn as stored in a dataset's `prompt` column (before `reset` appends tables)."""
+    return {"role": "user", "content": question.question.strip()}
+
+
+def tables_observation(tables: Sequence[str]) -> str:
+    """What `reset` returns. Starts with a blank line because TRL concatenates it directly
+    onto the user message content."""
+    listed = ", ".join(tables) if tables else "(none)"
+    return f"\n\nTables in the database: {listed}."
+
+
+def initial_messages(question: Question, tables: Sequence[str]) -> list[dict[str, str]]:
+    """`[system, user(question + tables)]`: the conversation as the model first sees it."""
+    user = user_message(question)
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": user["content"] + tables_observation(tables)},
+    ]
+
+
+def error(message: str) -> str:
+    """An observation reporting a model mistake. Always starts with `Error: `."""
+    return ERROR_PREFIX + message
+
+
+def _cell(value: Any) -> str:
+    # One row per line and ' | ' between columns, so embedded newlines are escaped and
+    # floats get the shortest round-tripping repr; the model copies these into `answer`.
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return value.replace("\r", "\\r").replace("\n", "\\n") if ("\n" in value or "\r" in value) else value
+    if isinstance(value, float):
+        return format_float(value)  # as the verifier writes answers, so the model can copy it
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return blob_text(value)
+    return str(value)
+
+
+def _row_cells(row: Sequence[Any]) -> list[str]:
+    # Inlined fast path for the types nearly every cell has (text, integers, NULL, short floats);
+    # everything else (text with line breaks, long floats, blobs) goes through `_cell`. Rendering
+    # is a third of a step's own cost.
+    cells = []
+    for v in row:
+        kind = type(v)
+        if kind is str and "\n" not in v and "\r" not in v:
+            cells.append(v)
+        elif kind is int:
+            cells.append(str(v))
+        elif v is None:
+            cells.append("NULL")
+        elif kind is float and len(text := repr(v)) <= SHORT_FLOAT_CHARS:  # `format_float`, inlined
+            cells.append(text)
+        else:
+            cells.append(_cell(v))
+    return cells
+
+
+def render_result(result: QueryResult, max_rows: int, max_chars: int) -> str:
+    """A query result as the model sees it: header line, one line per row, a count footer.
+
+    At most `max_rows` rows and roughly `max_chars` characters are shown (whole lines only;
+    a single over-long line is cut). Whatever is hidden is announced with a
+    "… N more rows" notice so the model knows the result is partial. A failed statement
+    renders as `Error: <SQLite's message>`; an empty result as its header and "(0 rows)".
+    """
+    if not result.ok:
+        return error(result.error or "the statement failed.")
+    header = _COLUMN_SEP.join(result.columns) if result.columns else "(no columns)"
+    total = len(result.rows)
+    lines = [header]
+    used = len(header)
+    shown = 0
+    for row in result.rows[:max_rows]:
+        line = _COLUMN_SEP.join(_row_cells(row))
+        if used + 1 + len(line) > max_chars:
+            if shown == 0:  # never show zero rows only because the first one is long
+                room = max(max_chars - used - 1, 20)
+                lines.append(line[:room] + _ELLIPSIS)
+                shown = 1
+            break
+        lines.append(line)
+        used += 1 + len(line)
+        shown += 1
+    hidden = total - shown
+    if result.truncated:  # the sandbox stopped fetching at its cap: at least one more row exists
+        lines.append(f"{_ELLIPSIS} {hidden + 1}+ more rows (more than {total} rows in total)")
+    elif hidden > 0:
+        lines.append(f"{_ELLIPSIS} {hidden} more rows ({total} rows in total)")
+    else:
+        lines.append(f"({total} row{'s' if total != 1 else ''})")
+    return "\n".join(lines)
+
+
+def render_table_info(info: "TableInfo") -> str:
+    """A table's columns (type, primary key), foreign keys and row count, as `describe` shows them."""
+    lines = [f"Table {info.name} ({info.row_count} row{'s' if info.row_count != 1 else ''})", "Columns:"]
+    for col in info.columns:
+        kind = col.type or "(no type)"
+        lines.append(f"  {col.name} {kind}{' PRIMARY KEY' if col.primary_key else ''}")
+    if info.foreign_keys:
+        lines.append("Foreign keys:")
+        for fk in info.foreign_keys:
+            lines.append(f"  {fk.column} -> {fk.ref_table}.{fk.ref_column}")
+    return "\n".join(lines)
+
+
+def assistant_tool_calls(calls: Sequence[tuple[str, dict[str, Any]]], content: str = "") -> dict[str, Any]:
+    """One assistant turn making `calls`, with each call's arguments as a JSON string."""
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"type": "function", "function": {"name": name, "arguments": _json_arguments(args)}}
+            for name, args in calls
+        ],
+    }
+
+
+def _json_arguments(args: Any) -> str:
+    # A string is taken as already-encoded (possibly malformed on purpose, in tests and replays).
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def tool_message(name: str, content: str) -> dict[str, str]:
+    """A tool result turn, in the exact shape TRL appends after executing a call."""
+    return {"role": "tool", "name": name, "content": content}
+
+
+def final_message(content: str = FINAL_REPLY) -> dict[str, str]:
+    """The plain assistant turn (no tool call) that ends an episode's conversation."""
+    return {"role": "assistant", "content": content}
+
+
+def messages_for_template(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of `messages` with JSON-string tool arguments decoded into objects.
+
+    Chat templates (Qwen2.5's included) render `arguments | tojson`; a string would come
+    out quoted and escaped, unlike what the model generates. Undecodable strings are left
+    as they are so that a malformed stored call stays visible rather than vanishing.
+    """
+    out = copy.deepcopy(list(messages))
+    for message in out:
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", call)
+            args = function.get("arguments")
+            if isinstance(args, str):
+                try:
+                    function["arguments"] = json.loads(args)
+                except json.JSONDecodeError:
+                    pass
+    return out

@@ -1,0 +1,491 @@
+"""Batched multi-turn episodes: a model plays the SQL environment exactly as TRL 1.16 GRPO renders it.
+
+Parity with training is the point of this module (a previous project evaluated at 0 % because eval
+rendered episodes differently from training). Every piece mirrors `trl/trainer/grpo_trainer.py`:
+
+- prompt: `[system, user(question)]`, the string `SQLAgentEnv.reset(**row)` returns appended to the user
+  message, then `apply_chat_template([prompt], tools=<the env's bound tool methods>,
+  add_generation_prompt=True, chat_template=<TRL's choice>)` (`GRPOTrainer._tokenize_prompts`);
+- chat template: the tokenizer's own when it is prefix-preserving, else TRL's training template
+  (`GRPOTrainer.__init__`); tool-call parsing: `trl.chat_template_utils.add_response_schema` +
+  `parse_response(tokenizer, ids, prefix=<context ids>, tools=...)`, TRL's own functions;
+- tools: the public methods of a `SQLAgentEnv` instance, called as `tool(**arguments)` in order;
+  an exception becomes `{"error": str(e)}`, every result `{"role": "tool", "name", "content": str(result)}`
+  (`GRPOTrainer._tool_call_loop`), so tool results are byte-identical to training;
+- token sequence: by concatenation, `context + completion_ids + tool_suffix_ids(tool_messages)`, never by
+  re-tokenising the conversation (`_tool_call_loop`, `_get_tool_suffix_ids`, copied below);
+- stop tokens: `tokenizer.eos_token_id` plus the model's `generation_config.eos_token_id`; a completion
+  keeps its stop token and nothing after it (`GRPOTrainer.__init__`, `_generate_single_turn`).
+
+Episodes end exactly where a GRPO rollout ends (a test plays the same scripted turns through TRL's own
+tool loop and through this runner, and compares calls, tool results, reward and verdict):
+- a turn without a tool call ends the episode, before the answer as after it (TRL's loop only continues
+  while the last turn holds calls); nothing is invented for the model to read;
+- `max_turns` (default: the env's step budget) is `max_tool_calling_iterations`: at most that many turns
+  have their calls executed. TRL then generates once more without executing anything; we skip that
+  generation (nothing it does can change the calls, observations, reward or verdict);
+- `max_total_tokens` is `max_completion_length` (everything after the prompt, tool results included), and
+  each turn may use what is left of it, as in TRL (`max_new_tokens_per_turn` is an optional extra cap,
+  off by default). TRL drops the tool messages of an over-long turn from its completion; the env has run
+  them either way, so we keep them in the transcript and end the episode;
+- calls after the env episode is over (after `answer`, or after the step budget) are executed as TRL
+  does: each earns the post-episode penalty.
+With `parser="lenient"` (base checkpoints, see `sqlenv.env.tool_calls`) a turn's calls may also be JSON
+written as text; that is the one, stated departure from a training rollout, and only base policies use it.
+
+Stored transcripts (`EpisodeRecord.messages`) keep each assistant turn as TRL parses it (`content` plus
+structured `tool_calls`, arguments as JSON strings, house style). Rendering them back with
+`apply_chat_template(prompts.messages_for_template(messages), tools=...)` reproduces the runner's token
+ids exactly (a test checks) except for (1) the template's newline after the final `<|im_end|>`, which
+the model never generates, and (2) completions the parse normalises: argument JSON spelled with other
+spacing, or an unparseable turn whose content is its text without special tokens. The runner itself
+always continues from the raw generated ids, as TRL does.
+
+Counting (EpisodeRecord): `turns` = assistant turns while the env episode ran (each should hold a call),
+`strict_call_turns` / `lenient_call_turns` = those in which TRL's parser / the lenient parser reads a call
+(both computed whichever parser plays); `steps` = calls made while the episode ran; `parse_failures` =
+those calls that were not a valid call of one of the four tools (an unknown tool, arguments that don't
+fit); `calls_after_answer` = calls made after the env episode was over; `budget_exhausted` = the env's
+step budget was used up; `end_reason` = why the episode stopped; `tokens` = tokens the model generated.
+`reward`/`reward_components` are the env's own sums.
+
+Batching: a rolling pool of `batch_size` episodes; each turn, the next completion of every running
+episode comes from ONE batched generation (`sqlenv.eval.decode.ModelGenerator`, which keeps each
+episode's key/value cache between turns), then tools run, then finished episodes leave and queued ones
+take their slots.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlenv.env import prompts
+from sqlenv.env.environment import EnvConfig
+from sqlenv.env.tool_calls import parse_turn
+from sqlenv.env.trl_adapter import SQLAgentEnv, tool_methods
+from sqlenv.eval.decode import GenerationSettings, ModelGenerator, TurnGenerator
+from sqlenv.types import EpisodeRecord, Question
+
+
+# ------------------------------------------------------------------------------------------- TRL mirror
+def ensure_response_parser(tokenizer: Any) -> None:
+    """Give the tokenizer TRL's response template/schema unless it has one (as `GRPOTrainer.__init__`)."""
+    from trl.chat_template_utils import add_response_schema
+
+    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        add_response_schema(tokenizer)
+
+
+def rollout_chat_template(tokenizer: Any) -> str | None:
+    """The `chat_template` GRPOTrainer renders with: None (the tokenizer's own) when it is prefix-preserving,
+    else TRL's training template."""
+    from trl.chat_template_utils import (
+        get_training_chat_template,
+        is_chat_template_prefix_preserving,
+    )
+
+    return None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
+
+
+def generation_eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Stop tokens as GRPOTrainer collects them: the tokenizer's eos first, then the model's generation eos."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tokenizer.eos_token_id not in ids:
+        ids = [tokenizer.eos_token_id, *ids]
+    return ids
+
+
+def prompt_token_ids(
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[Callable[..., Any]],
+    chat_template: str | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
+    """The prompt ids exactly as `GRPOTrainer._tokenize_prompts` makes them with an environment_factory."""
+    tokenized = tokenizer.apply_chat_template(
+        conversation=[list(messages)],
+        tools=list(tools) or None,
+        chat_template=chat_template,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        **(chat_template_kwargs or {}),
+    )
+    return list(tokenized["input_ids"][0])
+
+
+def tool_suffix_ids(
+    tokenizer: Any,
+    tool_messages: Sequence[dict[str, Any]],
+    chat_template: str | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
+    """The tokens appended after a completion for its tool results (and the next assistant header).
+
+    A copy of `GRPOTrainer._get_tool_suffix_ids` (TRL 1.16, text-only branch): render a dummy
+    conversation with and without the tool messages and keep the difference, with the prefix cut right
+    after its last EOS (Qwen templates put a newline after `<|im_end|>`; the completion ends at EOS).
+    """
+    kwargs = chat_template_kwargs or {}
+    dummy = [
+        {"role": "user", "content": "dummy"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}],
+        },
+    ]
+    prefix_ids = tokenizer.apply_chat_template(
+        dummy, add_generation_prompt=False, tokenize=True, chat_template=chat_template, return_dict=False, **kwargs
+    )
+    full_ids = tokenizer.apply_chat_template(
+        dummy + list(tool_messages),
+        add_generation_prompt=True,
+        tokenize=True,
+        chat_template=chat_template,
+        return_dict=False,
+        **kwargs,
+    )
+    eos_positions = [i for i, tok in enumerate(prefix_ids) if tok == tokenizer.eos_token_id]
+    if eos_positions:
+        prefix_ids = prefix_ids[: eos_positions[-1] + 1]
+    if list(full_ids[: len(prefix_ids)]) != list(prefix_ids):
+        raise ValueError("Unexpected tokenization: the EOS-trimmed prefix IDs are not a prefix of the full IDs.")
+    return list(full_ids[len(prefix_ids) :])
+
+
+# ---------------------------------------------------------------------------------------------- episode
+class Episode:
+    """One question played turn by turn through a `SQLAgentEnv`, with TRL's tool-call semantics.
+
+    Feed it parsed assistant turns (`{"role": "assistant", "content": str, "tool_calls": [{"type":
+    "function", "function": {"name", "arguments": dict}}]}`, the shape `parse_response` returns);
+    `apply_turn` executes the calls and returns the tool messages that follow. Model-free policies (the
+    random policy) drive it directly, so every policy's records are counted the same way.
+    """
+
+    def __init__(
+        self,
+        question: Question,
+        *,
+        db_dir: str | Path | None,
+        env_config: EnvConfig = EnvConfig(),
+        system_prompt: str | None = None,
+        max_turns: int | None = None,
+    ):
+        self.question = question
+        self.env = SQLAgentEnv(db_dir=db_dir, config=env_config)
+        self._sql = self.env._env  # the adapter keeps its SQLEnv private so TRL does not list it as a tool
+        self.tools = tool_methods(self.env)
+        self._tool_by_name = {tool.__name__: tool for tool in self.tools}  # TRL keys its tool dict by __name__
+        self.max_turns = env_config.step_budget if max_turns is None else max_turns
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        observation = self.env.reset(**question.to_dict())  # raises for an unusable database or gold SQL
+        user = prompts.user_message(question)
+        system = prompts.SYSTEM_PROMPT if system_prompt is None else system_prompt
+        # As TRL: the reset string is appended to the last (user) message's content.
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            {**user, "content": user["content"] + observation},
+        ]
+        self.turns = 0  # turns whose calls were executed (TRL's tool-calling iterations)
+        self.running_turns = 0  # assistant turns while the env episode ran
+        self.strict_call_turns = 0
+        self.lenient_call_turns = 0
+        self.rejected_calls = 0  # calls TRL's loop itself rejected (unknown tool, arguments not a mapping)
+        self.calls_after_end = 0
+        self.done = False
+        self.end_reason = ""
+
+    @property
+    def tables(self) -> list[str]:
+        """The table names the first observation listed."""
+        return list(self._sql.tables)
+
+    @property
+    def answered(self) -> bool:
+        return self._sql.answered
+
+    @property
+    def env_over(self) -> bool:
+        """The env episode is over (answered, or its step budget used up): calls from now on are penalised."""
+        return self._sql.done
+
+    @property
+    def sandbox(self) -> Any:
+        """The episode database's (read-only) sandbox, for model-free policies that look up schema."""
+        return self._sql.sandbox
+
+    def end(self, reason: str) -> None:
+        """Stop the episode (budget or context exhausted, or a turn without a call)."""
+        if not self.done:
+            self.done, self.end_reason = True, reason
+
+    def apply_turn(
+        self, message: dict[str, Any], strict_call: bool | None = None, lenient_call: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """Record one assistant turn, run its tool calls in order, return the tool messages appended.
+
+        `strict_call` / `lenient_call` say whether TRL's / the lenient parser read a call in the turn
+        (default: whether the message holds calls); they are counted for turns before the env episode ends.
+        """
+        if self.done:
+            raise RuntimeError(f"episode {self.question.id} is over ({self.end_reason})")
+        calls = list(message.get("tool_calls") or [])
+        if not self._sql.done:
+            strict = bool(calls) if strict_call is None else strict_call
+            self.running_turns += 1
+            self.strict_call_turns += strict
+            self.lenient_call_turns += strict if lenient_call is None else lenient_call
+        self.messages.append(_stored_assistant(message, calls))
+        if not calls:  # TRL's loop goes on only while the last turn holds calls
+            self.end("stopped" if self._sql.answered else "step budget" if self._sql.done else "no tool call")
+            return []
+        results = []
+        for call in calls:
+            over = self._sql.done
+            name, content, rejected = self._execute(call)
+            if over:
+                self.calls_after_end += 1
+            elif rejected:
+                self.rejected_calls += 1
+            results.append({"role": "tool", "name": name, "content": content})
+        self.turns += 1
+        self.messages.extend(results)
+        if self.turns >= self.max_turns:
+            self.end("turn budget")
+        return results
+
+    def _execute(self, call: dict[str, Any]) -> tuple[str, str, bool]:
+        # GRPOTrainer._tool_call_loop, sync branch: same lookup, same call, same error text.
+        if call.get("type") != "function":
+            name = call.get("name", "unknown")
+            return name, str({"error": f"Unsupported tool call type: {call.get('type')}"}), True
+        function = call["function"]
+        name = function["name"]
+        try:
+            if name not in self._tool_by_name:
+                raise ValueError(f"Tool {name} not found.")
+            result = self._tool_by_name[name](**function["arguments"])
+        except Exception as exc:  # noqa: BLE001 - TRL turns any tool exception into an error result
+            return name, str({"error": str(exc)}), True
+        return name, str(result), False
+
+    def to_record(self, tokens: int = 0) -> EpisodeRecord:
+        """The finished episode as an EpisodeRecord (see the module docstring for the counts)."""
+        env = self._sql
+        reason = env.verdict_reason if env.answered else f"not answered ({self.end_reason or 'unfinished'})"
+        return EpisodeRecord(
+            question_id=self.question.id,
+            db_id=self.question.db_id,
+            hardness=self.question.hardness,
+            messages=copy.deepcopy(self.messages),
+            answered=env.answered,
+            correct=env.correct,
+            verdict_reason=reason,
+            answer=env.answer,
+            steps=env.steps + self.rejected_calls,
+            parse_failures=env.parse_failures + self.rejected_calls,
+            calls_after_answer=self.calls_after_end,
+            budget_exhausted=env.budget_exhausted,
+            reward=env.total_reward,
+            reward_components=env.reward_components,
+            tokens=tokens,
+            turns=self.running_turns,
+            strict_call_turns=self.strict_call_turns,
+            lenient_call_turns=self.lenient_call_turns,
+            end_reason=self.end_reason,
+        )
+
+
+def _stored_assistant(message: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+    # House style for stored transcripts: arguments as JSON strings (prompts.messages_for_template turns
+    # them back into objects for a chat template). Every value is encoded, strings too, so a call whose
+    # "arguments" was a bare string renders back as the string the model wrote.
+    stored: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+    if calls:
+        stored["tool_calls"] = []
+        for call in calls:
+            function = call.get("function") or call
+            arguments = json.dumps(function.get("arguments"), ensure_ascii=False, default=str)
+            name = function.get("name")
+            stored["tool_calls"].append(
+                {"type": call.get("type", "function"), "function": {"name": name, "arguments": arguments}}
+            )
+    return stored
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> list[int]:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return list(a[:n])
+
+
+def shared_prompt_prefix(
+    tokenizer: Any,
+    system_prompt: str | None,
+    chat_template: str | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
+    """The prompt tokens every episode shares: two renders that differ only in the user text."""
+    tools = tool_methods(SQLAgentEnv())
+    system = {"role": "system", "content": prompts.SYSTEM_PROMPT if system_prompt is None else system_prompt}
+    renders = [[system, {"role": "user", "content": text}] for text in ("a", "b")]
+    a, b = (prompt_token_ids(tokenizer, r, tools, chat_template, chat_template_kwargs) for r in renders)
+    return _common_prefix(a, b)
+
+
+# ----------------------------------------------------------------------------------------------- runner
+def play_episodes(
+    generator: TurnGenerator,
+    tokenizer: Any,
+    questions: Sequence[Question],
+    *,
+    db_dir: str | Path | None,
+    env_config: EnvConfig = EnvConfig(),
+    system_prompt: str | None = None,
+    batch_size: int = 8,
+    max_turns: int | None = None,
+    max_new_tokens_per_turn: int | None = None,
+    max_total_tokens: int = 4096,
+    max_positions: int | None = None,
+    progress: bool = True,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    parser: str = "strict",
+) -> list[EpisodeRecord]:
+    """The episode loop of `run_episodes` over any `TurnGenerator`; records come back in question order.
+
+    A rolling pool: up to `batch_size` episodes run at once, each turn is one `generator.generate` call
+    over all of them, finished episodes leave and queued ones take their place.
+    """
+    from tqdm.auto import tqdm
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if (max_new_tokens_per_turn is not None and max_new_tokens_per_turn < 1) or max_total_tokens < 1:
+        raise ValueError("max_new_tokens_per_turn and max_total_tokens must be >= 1")
+    per_turn = max_new_tokens_per_turn or max_total_tokens
+    ensure_response_parser(tokenizer)
+    template = rollout_chat_template(tokenizer)
+    kwargs = chat_template_kwargs or {}
+    max_positions = max_positions or 10**9
+
+    episodes: dict[int, Episode] = {}
+    contexts: dict[int, list[int]] = {}
+    prompt_len: dict[int, int] = {}
+    tokens: dict[int, int] = {}
+    results: list[EpisodeRecord | None] = [None] * len(questions)
+    queue = deque(range(len(questions)))
+    running: list[int] = []
+    with tqdm(total=len(questions), desc="episodes", unit="ep", disable=not progress) as bar:
+        while queue or running:
+            while queue and len(running) < batch_size:
+                key = queue.popleft()
+                episode = Episode(
+                    questions[key],
+                    db_dir=db_dir,
+                    env_config=env_config,
+                    system_prompt=system_prompt,
+                    max_turns=max_turns,
+                )
+                ids = prompt_token_ids(tokenizer, episode.messages, episode.tools, template, kwargs)
+                episodes[key], contexts[key], prompt_len[key], tokens[key] = episode, ids, len(ids), 0
+                generator.start(key, ids)
+                running.append(key)
+            # Each completion fits the turn's and the episode's token budget (TRL: max_completion_length).
+            used = [len(contexts[k]) - prompt_len[k] for k in running]
+            budgets = [min(per_turn, max_total_tokens - u) for u in used]
+            completions = generator.generate(running, [contexts[k] for k in running], budgets)
+            still = []
+            for key, completion in zip(running, completions):
+                episode, context = episodes[key], contexts[key]
+                tokens[key] += len(completion)
+                parsed, strict, lenient = parse_turn(tokenizer, completion, context, episode.tools, parser)
+                tool_messages = episode.apply_turn(parsed, strict, lenient)
+                if not episode.done:
+                    ids = context + completion + tool_suffix_ids(tokenizer, tool_messages, template, kwargs)
+                    if len(ids) - prompt_len[key] >= max_total_tokens:
+                        episode.end("token budget")
+                    elif len(ids) >= max_positions:
+                        episode.end("context length")
+                    else:
+                        contexts[key] = ids
+                if episode.done:
+                    results[key] = episode.to_record(tokens=tokens[key])
+                    generator.finish(key)
+                    for store in (episodes, contexts, prompt_len, tokens):
+                        del store[key]
+                    bar.update(1)
+                else:
+                    still.append(key)
+            running = still
+    return [r for r in results if r is not None]
+
+
+def run_episodes(
+    model: Any,
+    tokenizer: Any,
+    questions: Sequence[Question],
+    *,
+    db_dir: str | Path | None,
+    env_config: EnvConfig = EnvConfig(),
+    gen: GenerationSettings = GenerationSettings(),
+    system_prompt: str | None = None,
+    batch_size: int = 8,
+    max_turns: int | None = None,
+    max_new_tokens_per_turn: int | None = None,
+    max_total_tokens: int = 4096,
+    progress: bool = True,
+    reuse_cache: bool = True,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    parser: str = "strict",
+) -> list[EpisodeRecord]:
+    """Play every question with `model` (a causal LM) and return one EpisodeRecord per question, in order.
+
+    `batch_size` episodes run at once (1 = one at a time, through the very same code). `max_turns`
+    defaults to the env's step budget; `max_total_tokens` bounds everything after the prompt (TRL's
+    `max_completion_length`), `max_new_tokens_per_turn` (optional) one completion; `parser` reads the calls
+    (`sqlenv.env.tool_calls`). Greedy decoding (the default) is deterministic; sampling is seeded by `gen.seed`
+    and leaves the caller's RNG state alone.
+    """
+    import torch
+
+    ensure_response_parser(tokenizer)
+    eos_ids = generation_eos_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    generator = ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=reuse_cache)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(gen.seed)
+            if reuse_cache:
+                template = rollout_chat_template(tokenizer)
+                generator.encode_prefix(shared_prompt_prefix(tokenizer, system_prompt, template, chat_template_kwargs))
+            return play_episodes(
+                generator,
+                tokenizer,
+                questions,
+                db_dir=db_dir,
+                env_config=env_config,
+                system_prompt=system_prompt,
+                batch_size=batch_size,
+                max_turns=max_turns,
+                max_new_tokens_per_turn=max_new_tokens_per_turn,
+                max_total_tokens=max_total_tokens,
+                max_positions=getattr(model.config, "max_position_embeddings", None),
+                progress=progress,
+                chat_template_kwargs=chat_template_kwargs,
+                parser=parser,
+            )
+    finally:
+        model.train(was_training)

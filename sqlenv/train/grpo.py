@@ -1,0 +1,368 @@
+"""GRPO for the SQL agent: TRL 1.16's `GRPOTrainer` driving `SQLAgentEnv`, one builder per phase.
+
+What this module builds, and what it guards:
+- Settings of a phase from exactly its params sections (`phase_sections`, `phase_settings`): phase 1
+  reads `grpo_phase1` + the shared `grpo`, `env`, `rewards`, `seed`, `model.{dtype,enable_thinking}`;
+  phase 2 reads `grpo_phase2` instead, never the other phase's section. Each phase section holds its own
+  `beta`, `difficulties`, `max_steps`, `num_generations`, `learning_rate`, `temperature`,
+  `max_completion_length`; `grpo` holds what both share.
+- Batch sizes (`plan_batches`): every optimizer step generates fresh rollouts for whole GRPO groups.
+  TRL requires `generation_batch_size % num_generations == 0` and a generation batch that is a whole
+  number of micro-batches; accumulation is raised to the smallest value that satisfies both, and
+  `steps_per_generation` equals it, so one generation feeds exactly one optimizer step (on-policy).
+- Rewards: the environment owns the optimised reward. TRL 1.16 appends `SQLAgentEnv.get_reward` as
+  the LAST reward function with weight 1 (named after the class). Before it come one function per
+  reward component (`component_reward_funcs`) with weight 0: TRL logs each as
+  `rewards/<component>/mean|std`, and since the advantage is computed from `nansum(weights × rewards)`
+  a zero weight adds exactly 0 (a test recomputes the advantages from the env reward alone). The
+  first component function also reports per-batch episode diagnostics through TRL's `log_metric`
+  hook (`episode/...` metrics, averaged per logging step) and per-episode columns through
+  `log_extra` (they land in `trainer._logs["extra"]`, read by the transcript logger).
+- Few-shot option (`grpo.few_shot_steps`): worked oracle episodes in the system prompt while
+  `state.global_step < few_shot_steps`. The swap happens where TRL reads the prompt, in
+  `SQLAgentGRPOTrainer._generate_and_score_completions`, keyed on the restored `global_step`: exact
+  and resume-safe. (A dataset transform toggled by a callback would be one step late: accelerate's
+  `DataLoaderShard` fetches the next batch one step ahead.)
+- What a run leaves behind (checkpoints and resume, the merged model, curve, transcripts) lives in
+  `sqlenv.train.grpo_outputs`.
+
+- Speed on CPU: the model is loaded in `model.dtype` (bf16) with no autocast; activation
+  checkpointing is off (memory is ample for 0.5B: ~8 GB RSS at 4 rollouts x ~1,100 tokens);
+  `train.trl_patches.compact_lm_head` stops TRL from pushing every prompt position through the LM head.
+
+Not guarded: GRPO on a CPU is slow. Measured (Qwen2.5-0.5B, idle 2-core machine, 4 rollouts of one
+turn, 86 tokens mean / 181 max): 90 s per step = generation 33 s + three log-prob passes (reference,
+policy forward and backward) over prompt + completion. Two other busy processes on the same two cores
+made that step 1,288 s (torch threads fighting for cores), so time runs on a quiet machine. A model
+that never emits a parseable tool call gets a constant reward, hence zero advantage and no learning;
+`frac_reward_zero_std` shows it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlenv.data.few_shot import few_shot_examples, few_shot_system_prompt
+from sqlenv.data.questions import load_questions_file
+from sqlenv.env import prompts
+from sqlenv.env.environment import EnvConfig
+from sqlenv.env.rewards import COMPONENTS
+from sqlenv.env.trl_adapter import SQLAgentEnv
+from sqlenv.provenance import chat_template_kwargs
+from sqlenv.types import Question, strict_kwargs
+
+STAGES = {1: "grpo_phase1", 2: "grpo_phase2"}
+ENV_REWARD_NAME = SQLAgentEnv.__name__  # how TRL names the environment's get_reward column
+TOOL_CALL_TAG = "<tool_call>"
+EPISODE_METRICS = (
+    "episode/accuracy", "episode/answered", "episode/turns", "episode/tool_calls", "episode/tokens",
+    "episode/tool_call_parse_rate", "episode/argument_error_rate", "episode/calls_after_answer",
+    "episode/budget_exhausted",
+)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ settings
+def phase_sections(all_params: Mapping[str, Any], phase: int) -> dict[str, Any]:
+    """The params a phase reads — and nothing else (hashed for resume, logged to MLflow)."""
+    name = STAGES[phase]
+    return {
+        "seed": all_params["seed"],
+        "env": dict(all_params["env"]),
+        "rewards": dict(all_params["rewards"]),
+        "model": {k: all_params["model"][k] for k in ("dtype", "enable_thinking")},
+        "grpo": dict(all_params["grpo"]),
+        name: dict(all_params[name]),
+    }
+
+
+@dataclass(frozen=True)
+class PhaseSettings:
+    """Everything a phase trains with, resolved from its params sections."""
+
+    stage: str
+    seed: int
+    difficulties: tuple[str, ...]
+    max_steps: int
+    num_generations: int
+    learning_rate: float
+    temperature: float
+    top_p: float
+    max_completion_length: int
+    beta: float
+    batch_size: int
+    gradient_accumulation_steps: int
+    logging_steps: int
+    checkpoint_every: int
+    lora: bool
+    lora_r: int
+    lora_alpha: int
+    few_shot_steps: int
+    transcripts_every: int
+    transcripts_per_log: int
+    dtype: str
+    enable_thinking: bool
+    env: EnvConfig
+
+
+def phase_settings(sections: Mapping[str, Any], phase: int) -> PhaseSettings:
+    """Resolve a phase's settings from `phase_sections(...)` output: the shared `grpo` section and the
+    phase's own, merged key by key (the two hold disjoint keys; a test ties the fields to the params)."""
+    stage = STAGES[phase]
+    g, p = sections["grpo"], sections[stage]
+    if g["few_shot_steps"] < 0 or g["checkpoint_every"] < 1 or p["max_steps"] < 1:
+        raise ValueError("grpo.few_shot_steps must be >= 0, grpo.checkpoint_every and max_steps >= 1")
+    both = set(g) & set(p)
+    if both:
+        raise ValueError(f"keys in both grpo and {stage}: {sorted(both)} (a key lives in one section)")
+    merged = {**g, **p, "difficulties": tuple(p["difficulties"])}
+    return PhaseSettings(
+        stage=stage, seed=int(sections["seed"]), dtype=sections["model"]["dtype"],
+        enable_thinking=sections["model"]["enable_thinking"],
+        env=EnvConfig.from_dict({**sections["env"], "rewards": dict(sections["rewards"])}),
+        **strict_kwargs(PhaseSettings, merged, f"grpo / {stage}"),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """TRL batch arguments for one phase; `generation_batch_size` rollouts feed one optimizer step."""
+
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    steps_per_generation: int
+    generation_batch_size: int
+    num_generations: int
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.generation_batch_size // self.num_generations
+
+
+def plan_batches(batch_size: int, gradient_accumulation_steps: int, num_generations: int, world_size: int = 1) -> BatchPlan:
+    """Smallest accumulation >= the requested one whose step holds whole groups of `num_generations`.
+
+    One optimizer step sees `batch_size × world_size × accumulation` rollouts, all from one fresh
+    generation (`steps_per_generation == accumulation`), so the batch is a multiple of the group size
+    and of the global micro-batch, as TRL's GRPOConfig requires. E.g. batch 3, accumulation 1,
+    4 generations -> accumulation 4, 12 rollouts, 3 questions per step.
+    """
+    if batch_size < 1 or gradient_accumulation_steps < 1 or world_size < 1:
+        raise ValueError("batch_size, gradient_accumulation_steps and world_size must be >= 1")
+    if num_generations < 2:
+        raise ValueError(f"GRPO needs at least 2 generations per question, got num_generations={num_generations}")
+    micro = batch_size * world_size
+    steps = gradient_accumulation_steps
+    while (micro * steps) % num_generations:  # terminates by steps = a multiple of num_generations
+        steps += 1
+    return BatchPlan(batch_size, steps, steps, micro * steps, num_generations)
+
+
+# ------------------------------------------------------------------------------------------- dataset
+def dataset_rows(questions: Sequence[Question]) -> list[dict[str, Any]]:
+    """One row per question: its fields (for `SQLAgentEnv.reset(**row)`) + `prompt` = [system, user]."""
+    return [
+        {**q.to_dict(), "prompt": [{"role": "system", "content": prompts.SYSTEM_PROMPT}, prompts.user_message(q)]}
+        for q in questions
+    ]
+
+
+# ------------------------------------------------------------------------------------------- rewards
+def episode_diagnostics(
+    episodes: Sequence[Mapping[str, Any]], completions: Sequence[Sequence[Mapping[str, Any]]], completion_ids: Sequence[Sequence[int]]
+) -> dict[str, float]:
+    """Batch means of what TRL does not log itself (see EPISODE_METRICS).
+
+    `turns` = assistant turns; `tokens` = completion tokens, tool results included; the tool-call
+    parse rate = turns whose tool call TRL parsed / turns that tried one (a parsed call, or text still
+    holding `<tool_call>` because TRL's parser fell back to plain text); NaN when nothing was tried
+    (TRL drops NaN when it averages). `argument_error_rate` = env calls rejected for their tool name
+    or arguments / env calls.
+    """
+    n = max(len(episodes), 1)
+    attempted = parsed = 0
+    turns = 0
+    for completion in completions:
+        for message in completion:
+            if message.get("role") != "assistant":
+                continue
+            turns += 1
+            ok = bool(message.get("tool_calls"))
+            parsed += ok
+            attempted += ok or TOOL_CALL_TAG in str(message.get("content") or "")
+    calls = sum(e["steps"] for e in episodes)
+    return {
+        "episode/accuracy": sum(bool(e["correct"]) for e in episodes) / n,
+        "episode/answered": sum(bool(e["answered"]) for e in episodes) / n,
+        "episode/turns": turns / n,
+        "episode/tool_calls": calls / n,
+        "episode/tokens": sum(len(ids) for ids in completion_ids) / n,
+        "episode/tool_call_parse_rate": parsed / attempted if attempted else math.nan,
+        "episode/argument_error_rate": sum(e["parse_failures"] for e in episodes) / calls if calls else 0.0,
+        "episode/calls_after_answer": sum(e["calls_after_end"] for e in episodes) / n,
+        "episode/budget_exhausted": sum(bool(e["budget_exhausted"]) for e in episodes) / n,
+    }
+
+
+def verdict(episode: Mapping[str, Any]) -> str:
+    return "correct" if episode["correct"] else ("wrong" if episode["answered"] else "unanswered")
+
+
+def _component_reward(name: str, report: bool) -> Callable[..., list[float]]:
+    def reward(environments=None, completions=None, completion_ids=None, log_metric=None, log_extra=None, **_):
+        if environments is None:
+            raise ValueError(f"reward component {name!r} needs GRPOTrainer(environment_factory=SQLAgentEnv...)")
+        # `_episode` is the adapter's documented diagnostics hook (a property, so not a tool).
+        episodes = [env._episode for env in environments]
+        if report:
+            if log_metric is not None:
+                for key, value in episode_diagnostics(episodes, completions or [], completion_ids or []).items():
+                    log_metric(key, value)
+            if log_extra is not None:
+                log_extra("question_id", [e["question_id"] for e in episodes])
+                log_extra("verdict", [verdict(e) for e in episodes])
+                log_extra("env_steps", [e["steps"] for e in episodes])
+                log_extra("calls_after_end", [e["calls_after_end"] for e in episodes])
+        return [float(e["reward_components"][name]) for e in episodes]
+
+    reward.__name__ = reward.__qualname__ = name  # TRL names the metric after it: rewards/<name>/mean
+    return reward
+
+
+def component_reward_funcs(components: Sequence[str] = COMPONENTS) -> list[Callable[..., list[float]]]:
+    """One zero-weight reward function per env reward component; the first also reports diagnostics."""
+    return [_component_reward(name, report=(i == 0)) for i, name in enumerate(components)]
+
+
+# ------------------------------------------------------------------------------------------- trainer
+def _trainer_class():
+    from trl import GRPOTrainer
+
+    class SQLAgentGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer whose first `few_shot_steps` steps see worked examples in the system prompt."""
+
+        def __init__(self, *args: Any, few_shot_system: str | None = None, few_shot_steps: int = 0, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.few_shot_system = few_shot_system
+            self.few_shot_steps = few_shot_steps if few_shot_system else 0
+
+        def _generate_and_score_completions(self, inputs):
+            # Called once per generation batch, inside the step that uses it: global_step is the
+            # number of finished steps (restored on resume), so steps 1..few_shot_steps get examples.
+            if self.model.training and self.state.global_step < self.few_shot_steps:
+                inputs = [{**x, "prompt": [{"role": "system", "content": self.few_shot_system}, *x["prompt"][1:]]} for x in inputs]
+            return super()._generate_and_score_completions(inputs)
+
+    return SQLAgentGRPOTrainer
+
+
+def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str], template_kwargs: Mapping[str, Any] | None = None):
+    """The GRPOConfig of a phase (checkpoints to `checkpoint_dir`, no reporting: pipeline/ logs)."""
+    from trl import GRPOConfig
+
+    plan = plan_batches(settings.batch_size, settings.gradient_accumulation_steps, settings.num_generations)
+    config = GRPOConfig(
+        output_dir=str(checkpoint_dir),
+        seed=settings.seed,
+        max_steps=settings.max_steps,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant",  # a dozen steps: a decaying schedule would waste the last ones
+        beta=settings.beta,
+        # Advantage = reward - group mean, not divided by the group's std (Dr. GRPO). With TRL's default
+        # "group" scaling, a group whose answers are all equally wrong still gets unit-size advantages
+        # from shaping noise alone (measured: reward std 0.012 from step costs became +-1 advantages,
+        # i.e. "make fewer calls"), which breaks "correctness is the gate, shaping terms stay small".
+        scale_rewards="none",
+        num_generations=settings.num_generations,
+        per_device_train_batch_size=plan.per_device_train_batch_size,
+        gradient_accumulation_steps=plan.gradient_accumulation_steps,
+        generation_batch_size=plan.generation_batch_size,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_completion_length=settings.max_completion_length,
+        max_tool_calling_iterations=settings.env.step_budget,
+        mask_truncated_completions=True,
+        reward_weights=[0.0] * len(COMPONENTS),  # the env's get_reward (weight 1) is appended by TRL
+        model_init_kwargs={"dtype": settings.dtype},
+        chat_template_kwargs=dict(template_kwargs or {}),
+        # The weights are loaded in `dtype` (bf16: ~1.6x faster than fp32 on CPU). No autocast on top:
+        # transformers refuses `bf16=True` without a GPU, and the weights already are bf16.
+        bf16=False,
+        activation_checkpointing=False,  # memory is ample for 0.5B; recomputation only costs time
+        disable_dropout=True,
+        logging_steps=settings.logging_steps,
+        save_strategy="steps",
+        save_steps=settings.checkpoint_every,
+        save_total_limit=3,
+        report_to="none",  # MLflow logging is pipeline/grpo_logging.py's job (see there why)
+        log_completions=False,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=False,
+    )
+    assert config.steps_per_generation == plan.steps_per_generation, "TRL derived another generation schedule"
+    return config
+
+
+def template_kwargs(model_path: str | os.PathLike[str], enable_thinking: bool) -> dict[str, Any]:
+    """chat_template kwargs recorded at model preparation, with Qwen3's `enable_thinking` from params
+    when the template knows the variable (other templates ignore it, so it is not passed to them)."""
+    kwargs = chat_template_kwargs(model_path)
+    template = Path(model_path) / "chat_template.jinja"
+    text = template.read_text(encoding="utf-8") if template.is_file() else ""
+    if not text:
+        config = Path(model_path) / "tokenizer_config.json"
+        text = config.read_text(encoding="utf-8") if config.is_file() else ""
+    if "enable_thinking" in text:
+        kwargs["enable_thinking"] = enable_thinking
+    return kwargs
+
+
+def build_trainer(
+    settings: PhaseSettings,
+    *,
+    model_path: str | os.PathLike[str],
+    questions_file: str | os.PathLike[str],
+    db_dir: str | os.PathLike[str],
+    checkpoint_dir: str | os.PathLike[str],
+    callbacks: Sequence[Any] = (),
+):
+    """The phase's GRPOTrainer over the real environment (model loaded from `model_path` in `settings.dtype`)."""
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    questions = load_questions_file(questions_file, settings.difficulties)
+    few_shot_system = None
+    if settings.few_shot_steps:
+        examples = few_shot_examples(questions, 2, db_dir=db_dir, env_config=settings.env, seed=settings.seed)
+        shown = {e.question_id for e in examples}
+        questions = [q for q in questions if q.id not in shown]  # never train on a question whose answer is shown
+        few_shot_system = few_shot_system_prompt(2, examples)
+    peft_config = None
+    if settings.lora:
+        peft_config = LoraConfig(
+            r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
+            target_modules="all-linear", task_type="CAUSAL_LM",
+        )  # fmt: skip
+    config = grpo_config(settings, checkpoint_dir, template_kwargs(model_path, settings.enable_thinking))
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is "experimental" in 1.16
+    # GRPOTrainer wraps the model in LoRA before transformers' Trainer seeds: seed first, so the adapters
+    # start the same whatever the process did before.
+    from transformers import set_seed
+
+    set_seed(settings.seed)
+    return _trainer_class()(
+        model=str(model_path),
+        reward_funcs=component_reward_funcs(),
+        args=config,
+        train_dataset=Dataset.from_list(dataset_rows(questions)),
+        peft_config=peft_config,
+        environment_factory=functools.partial(SQLAgentEnv, db_dir=str(db_dir), config=settings.env),
+        callbacks=list(callbacks),
+        few_shot_system=few_shot_system,
+        few_shot_steps=settings.few_shot_steps,
+    )

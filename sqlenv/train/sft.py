@@ -1,0 +1,350 @@
+"""Multi-turn SFT warm-up: TRL's `SFTTrainer` with assistant-only loss on the verified trajectories, LoRA merged.
+
+What is trained on, token for token, is what GRPO shows and generates (a test compares against TRL's own
+`GRPOTrainer._tokenize_prompts` / `_get_tool_suffix_ids`):
+- The dataset stays *conversational*: `messages` (arguments decoded to objects by
+  `prompts.messages_for_template`) and `tools` (the JSON schemas as a string; SFTTrainer decodes it).
+  `messages` is stored as `List(Json())`: plain Arrow would unify the per-tool argument structs into one
+  struct with nulls for the other tools' parameters, and Qwen2.5's `arguments | tojson` would render them.
+- `assistant_only_loss=True` makes SFTTrainer swap the `qwen2_5` template for TRL's `qwen2_5_training`
+  (the same text plus `{% generation %}` markers); `training_chat_template` mirrors that choice so our
+  own length filter and `inspect_sft` tokenise exactly as the trainer does.
+- Trajectories longer than `max_length` are dropped and counted, never truncated (a cut-off episode would
+  teach the model to stop mid-call).
+
+Why `trainable_token_indices`: in the offline base checkpoint the `<tool_call>`/`</tool_call>` embedding
+rows were never trained (they equal the padding rows), and the input and output embeddings are tied. LoRA on
+linear layers cannot raise the logit of a token whose output row is noise, so those rows (all tokens
+`models.untrained_token_ids` lists, plus the two tool tags always) are trained with peft's
+`trainable_token_indices`; peft wraps the tied `lm_head` with the same delta, and `merge_and_unload` writes
+the delta into the one shared matrix. `train.merge.save_trained` checks the tag rows really changed before saving.
+
+What this does not do: write the final folder atomically (the caller owns the destination; the `sft`
+stage wraps it in `pipeline.io.atomic_dir`), or log anywhere but through the trainer's `report_to`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlenv.env import prompts
+from sqlenv.provenance import (
+    model_fingerprint,
+    read_provenance,
+    untrained_token_ids,
+)
+from sqlenv.train.merge import TOOL_TAGS, save_trained, tag_rows
+from sqlenv.train.trl_patches import compact_lm_head
+from sqlenv.types import stable_hash, strict_kwargs
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The `sft` params section plus what the stage adds (seed, dtype, where to report). The defaults of the
+    params-backed fields are params.yaml's (a test keeps them equal), so a library default is the pipeline's."""
+
+    max_examples: int = 96
+    epochs: int = 1
+    learning_rate: float = 2e-4
+    batch_size: int = 1
+    gradient_accumulation_steps: int = 2
+    max_length: int = 2048
+    lora: bool = True
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    logging_steps: int = 2
+    seed: int = 0
+    dtype: str = "bfloat16"
+    max_steps: int = -1  # > 0 overrides epochs (tests)
+    report_to: tuple[str, ...] = ()
+    warmup_ratio: float = 0.05
+
+    @classmethod
+    def from_params(cls, sft: dict[str, Any], **extra: Any) -> "TrainConfig":
+        """From the `sft` params section plus `extra`."""
+        return cls(**strict_kwargs(cls, sft, "sft training"), **extra)
+
+
+@dataclass
+class DatasetStats:
+    candidates: int
+    examples: int
+    dropped_too_long: int
+    tokens: int
+    assistant_tokens: int
+    length: dict[str, float] = field(default_factory=dict)
+    by_kind: dict[str, int] = field(default_factory=dict)
+    by_hardness: dict[str, int] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------- examples
+def select_examples(records: Sequence[dict[str, Any]], max_examples: int, seed: int) -> list[dict[str, Any]]:
+    """The first `max_examples` records in stable-hash order of their ids (all when 0), in that order."""
+    ordered = sorted(records, key=lambda r: (stable_hash(seed, "sft-subset:" + r["id"]), r["id"]))
+    return ordered if max_examples <= 0 else ordered[:max_examples]
+
+
+def training_chat_template(tokenizer: Any) -> str:
+    """The template SFTTrainer tokenises with under `assistant_only_loss=True` (see its `__init__`)."""
+    from trl.chat_template_utils import (
+        get_training_chat_template,
+        has_generation_markers,
+    )
+
+    own = tokenizer.chat_template
+    if has_generation_markers(own):
+        return own
+    template = get_training_chat_template(tokenizer)
+    if template is None:
+        raise ValueError("TRL has no training chat template (with generation markers) for this tokenizer")
+    return template
+
+
+def conversation(record: dict[str, Any]) -> dict[str, Any]:
+    """One dataset row as SFTTrainer reads it: messages with object arguments, tools as a JSON string."""
+    return {"messages": prompts.messages_for_template(record["messages"]), "tools": record["tools"]}
+
+
+def tokenize_record(tokenizer: Any, record: dict[str, Any], chat_template: str) -> dict[str, list[int]]:
+    """`input_ids` and `assistant_masks` exactly as SFTTrainer's tokenize step makes them."""
+    row = conversation(record)
+    out = tokenizer.apply_chat_template(
+        row["messages"],
+        tools=json.loads(row["tools"]),
+        chat_template=chat_template,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+    )
+    return {"input_ids": list(out["input_ids"]), "assistant_masks": list(out["assistant_masks"])}
+
+
+def build_dataset(records: Sequence[dict[str, Any]], tokenizer: Any, max_length: int):
+    """(datasets.Dataset, DatasetStats): the rows SFTTrainer gets, overlong trajectories dropped."""
+    from datasets import Dataset, Features, Json, List, Value
+
+    template = training_chat_template(tokenizer)
+    rows, lengths, assistant, kept = [], [], 0, []
+    too_long = 0
+    for record in records:
+        ids = tokenize_record(tokenizer, record, template)
+        if len(ids["input_ids"]) > max_length:
+            too_long += 1
+            continue
+        n_assistant = sum(ids["assistant_masks"])
+        if n_assistant == 0:  # would train on nothing: the template or the record is broken
+            raise ValueError(f"trajectory {record['id']} has no assistant tokens under the training template")
+        rows.append(conversation(record))
+        lengths.append(len(ids["input_ids"]))
+        assistant += n_assistant
+        kept.append(record)
+    if not rows:
+        raise ValueError(f"no SFT trajectory fits max_length={max_length} ({too_long} longer)")
+    features = Features({"messages": List(Json()), "tools": Value("string")})
+    dataset = Dataset.from_list(rows, features=features)
+    stats = DatasetStats(
+        candidates=len(records),
+        examples=len(rows),
+        dropped_too_long=too_long,
+        tokens=sum(lengths),
+        assistant_tokens=assistant,
+        length={
+            "min": min(lengths),
+            "mean": round(statistics.fmean(lengths), 1),
+            "median": statistics.median(lengths),
+            "max": max(lengths),
+        },
+        by_kind=_count(kept, "kind"),
+        by_hardness=_count(kept, "hardness"),
+    )
+    return dataset, stats
+
+
+def _count(records: Sequence[dict[str, Any]], key: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in records:
+        out[r.get(key, "")] = out.get(r.get(key, ""), 0) + 1
+    return dict(sorted(out.items()))
+
+
+# ---------------------------------------------------------------------------------------------- trainer
+def trainable_token_ids(model_path: str | os.PathLike[str], tokenizer: Any) -> list[int]:
+    """Embedding rows to train: those provenance lists as untrained, and the tool tags in any case."""
+    ids = set(untrained_token_ids(model_path))
+    for tag in TOOL_TAGS:
+        tid = tokenizer.convert_tokens_to_ids(tag)
+        if tid is None or tid == tokenizer.unk_token_id:
+            raise ValueError(f"tokenizer of {model_path} has no {tag} token")
+        ids.add(tid)
+    return sorted(ids)
+
+
+def build_trainer(
+    model_path: str | os.PathLike[str],
+    dataset: Any,
+    config: TrainConfig,
+    output_dir: str | os.PathLike[str],
+    callbacks: Sequence[Any] = (),
+):
+    """An SFTTrainer over `dataset` (from `build_dataset`) for the model folder `model_path`.
+
+    The model is loaded in `config.dtype` (a bf16 LoRA step is ~4x faster than float32 on the 2-core CPU;
+    TRL would load float32 from a path). Activation (gradient) checkpointing, on by default in TRL, is off:
+    with ~1k-token episodes memory is not the limit (~6 GB peak for the 0.5B model) and it would add a
+    forward pass to every step. Nothing is saved under `output_dir` (`save_strategy="no"`).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from trl import SFTConfig, SFTTrainer
+
+    # The LoRA matrices are initialised here, before the Trainer seeds anything: seed first, so the
+    # same params give the same adapters whatever the process did before.
+    set_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, config.dtype))
+    if config.lora:
+        from peft import LoraConfig, get_peft_model
+
+        peft_config = LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules="all-linear",
+            trainable_token_indices=trainable_token_ids(model_path, tokenizer),
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, peft_config)
+        _expose_head_bias(model)
+    on_cpu = not torch.cuda.is_available()
+    args = SFTConfig(
+        output_dir=str(output_dir),
+        assistant_only_loss=True,
+        max_length=config.max_length,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=config.warmup_ratio,  # a float in [0, 1) is a share of the total steps
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        save_strategy="no",
+        report_to=list(config.report_to),
+        seed=config.seed,
+        data_seed=config.seed,
+        bf16=config.dtype == "bfloat16",
+        use_cpu=on_cpu,
+        activation_checkpointing=False,  # (transformers 5.24 name of gradient_checkpointing; TRL defaults it on)
+        dataloader_num_workers=0,
+        disable_tqdm=False,
+    )
+    return SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=list(callbacks) or None,
+    )
+
+
+def _expose_head_bias(model: Any) -> None:
+    """Let TRL's fused LM head read `lm_head.bias` through peft's trainable-tokens wrapper.
+
+    SFTTrainer (TRL 1.16) computes log-probabilities from `lm_head.weight` and `lm_head.bias` directly. On a
+    tied model peft wraps `lm_head` in a `TrainableTokensWrapper` whose `weight` is the merged matrix (base
+    rows with the trained rows swapped in, differentiable in the delta), so the output side of the tool-tag
+    rows is trained too — but the wrapper exposes no `bias` and the first step fails with AttributeError.
+    The wrapped head of a Qwen2 model has no bias; we say so on the wrapper. A head with a real bias would
+    need it registered twice, so that case is refused rather than silently trained without it.
+    """
+    head = model.get_output_embeddings()
+    original = getattr(head, "original_module", None)
+    if original is None or "bias" in head.__dict__ or hasattr(type(head), "bias"):
+        return
+    if getattr(original, "bias", None) is not None:
+        raise ValueError("trainable token rows on an output head with a bias are not supported by TRL's fused LM head")
+    head.bias = None
+
+
+def loss_curve(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-logging-step rows (step, epoch, loss, learning_rate, grad_norm, token accuracy, tokens seen)."""
+    keys = ("step", "epoch", "loss", "learning_rate", "grad_norm", "mean_token_accuracy", "entropy", "num_tokens")
+    return [{k: entry.get(k) for k in keys} for entry in log_history if "loss" in entry]
+
+
+# -------------------------------------------------------------------------------------------- training
+@dataclass
+class SFTResult:
+    dataset: DatasetStats
+    train_loss: float
+    steps: int
+    train_wall_s: float
+    step_s: float
+    curve: list[dict[str, Any]]
+    provenance: dict[str, Any]
+
+    def metrics(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("curve", "provenance")}
+        out["fingerprint"] = self.provenance.get("fingerprint")
+        return out
+
+
+def train_sft(
+    records: Sequence[dict[str, Any]],
+    model_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    config: TrainConfig,
+    *,
+    output_dir: str | os.PathLike[str] = "checkpoints/sft",
+    callbacks: Sequence[Any] = (),
+) -> SFTResult:
+    """Select, tokenise and train; merge and save the final model into `out_dir`."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    chosen = select_examples(records, config.max_examples, config.seed)
+    dataset, stats = build_dataset(chosen, tokenizer, config.max_length)
+    trainer = build_trainer(model_path, dataset, config, output_dir, callbacks)
+    before = tag_rows(trainer.model, tokenizer)
+    t0 = time.monotonic()
+    with compact_lm_head():
+        output = trainer.train()
+    wall = time.monotonic() - t0
+    curve = loss_curve(trainer.state.log_history)
+    base = read_provenance(model_path)
+    # With LoRA these rows are the trainable_token_indices; full fine-tuning trains every row anyway.
+    trained_rows = {tokenizer.convert_ids_to_tokens(i): i for i in trainable_token_ids(model_path, tokenizer)}
+    provenance = save_trained(
+        trainer, out_dir, start_dir=model_path, dtype=config.dtype, tag_rows_before=before, tokenizer=tokenizer,
+        provenance={
+            "spec": f"sft:{base.get('spec', str(model_path))}",
+            "source": "sft",
+            "base_fingerprint": model_fingerprint(model_path),
+            "upstream": base.get("upstream"),
+            "chat_template": base.get("chat_template", {}),
+            "chat_template_kwargs": base.get("chat_template_kwargs", {}),
+            # The rows the base listed as untrained are among the trained ones (`trainable_token_ids`).
+            "untrained_tokens": {t: i for t, i in base.get("untrained_tokens", {}).items() if i not in trained_rows.values()},
+            "trained_token_rows": trained_rows,
+            "sft": {"examples": stats.examples, "steps": trainer.state.global_step, "lora": config.lora},
+        },
+    )  # fmt: skip
+    steps = trainer.state.global_step
+    return SFTResult(
+        dataset=stats,
+        train_loss=float(output.training_loss) if math.isfinite(output.training_loss) else float("nan"),
+        steps=steps,
+        train_wall_s=round(wall, 1),
+        step_s=round(wall / steps, 2) if steps else 0.0,
+        curve=curve,
+        provenance=provenance,
+    )
