@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sqlenv.data.hardness import is_ordered
 from sqlenv.env.similarity import result_similarity
@@ -157,6 +159,9 @@ def test_version_is_recorded():
         ([("a",), ("b",), ("c",)], "a, b, c"),
         ([("a", 1), ("b", None)], "a | 1\nb | None"),
         ([(b"\x00\x01",)], "<blob 2 bytes>"),
+        ([(1.7976931348623157e308,)], "1.7976931348623157e+308"),  # 10 digits would round up to inf
+        ([(1, "9\n"), (2, "x")], '[[1, "9\\n"], [2, "x"]]'),  # a trailing line break would split the row
+        ([("9\n",), ("x",)], '[["9\\n"], ["x"]]'),
     ],
 )
 def test_format_answer_canonical_text(rows, text):
@@ -183,6 +188,35 @@ def test_format_answer_round_trips(seed):
         for ordered in (False, True):
             verdict = verify(text, rows, ordered)
             assert verdict.correct, (rows, text, ordered, verdict.reason)
+
+
+# Pieces of awkward cell text: row and cell separators of the reader, line breaks of every kind (a trailing
+# one included), quotes, brackets, null spellings, unicode.
+_PIECES = ["a", "Z", " ", ",", ", ", "|", " | ", ";", "\n", "\r", "\t", "\u2028", '"', "'", "`", "[", "]", "{",
+           "}", ":", "é", "中", "-", ".", "0", "9", "null", "None", "[]"]  # fmt: skip
+_CELL = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**18), 10**18),
+    st.floats(allow_nan=False, allow_infinity=False),  # the float limits included
+    st.lists(st.sampled_from(_PIECES), max_size=6).map("".join),
+)
+
+
+@st.composite
+def _result_sets(draw):
+    width = draw(st.integers(1, 3))
+    return draw(st.lists(st.tuples(*[_CELL] * width), max_size=5)), width
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_result_sets(), st.booleans())
+def test_every_canonical_answer_reads_back(result, ordered):
+    """Property: whatever the gold rows hold, the canonical text of them is judged correct against them."""
+    rows, width = result
+    text = format_answer([f"c{i}" for i in range(width)], rows)
+    verdict = verify(text, rows, ordered)
+    assert verdict.correct, (rows, text, verdict.reason)
 
 
 def test_round_trip_of_a_large_result_is_fast_enough():

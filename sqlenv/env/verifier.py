@@ -551,7 +551,10 @@ def format_float(x: float) -> str:
     if math.isinf(x) or math.isnan(x):
         return repr(x)
     r = repr(x)
-    return r if len(r) <= SHORT_FLOAT_CHARS else f"{x:.10g}"
+    if len(r) <= SHORT_FLOAT_CHARS:
+        return r
+    short = f"{x:.10g}"
+    return short if math.isfinite(float(short)) else r  # near the float limit, rounding up would read as inf
 
 
 def _format_value(v: Any) -> str:
@@ -576,11 +579,25 @@ def _json_value(v: Any) -> Any:
     return v
 
 
+def _one_line(text: str) -> bool:
+    """No line break anywhere, a trailing one included (what the reader splits rows on)."""
+    return text.splitlines() == [text] or text == ""
+
+
 def format_answer(columns: Sequence[str], rows: Sequence[Sequence]) -> str:
     """Canonical answer text: one value as itself; one column as "a, b, c"; several columns
-    as one row per line with cells joined by " | "; no rows as "[]". Values that contain the
-    delimiters fall back to one value per line, or to JSON, so the text always reads back."""
+    as one row per line with cells joined by " | "; no rows as "[]". When values contain the
+    delimiters (or anything else the reader would split or skip, such as a line "--"), one value
+    per line, else JSON: the plain text is kept only if `verify` reads it back as `rows`."""
     rows = [list(r) for r in rows]
+    text = _plain_text(rows)
+    if text is not None and verify(text, rows, True).correct:
+        return text
+    return json.dumps([[_json_value(v) for v in r] for r in rows], ensure_ascii=False)
+
+
+def _plain_text(rows: list[list[Any]]) -> str | None:
+    """The human spelling of `rows` (see `format_answer`), or None when only JSON can hold them."""
     if not rows:
         return "[]"
     width = len(rows[0])
@@ -589,10 +606,10 @@ def format_answer(columns: Sequence[str], rows: Sequence[Sequence]) -> str:
     texts = [[_format_value(v) for v in r] for r in rows]
     if width == 1:
         column = [r[0] for r in texts]
-        if all("," not in t for t in column):
+        if all("," not in t and _one_line(t) for t in column):
             return ", ".join(column)
-        if all(t.strip() and len(t.splitlines()) == 1 for t in column):
+        if all(t.strip() and _one_line(t) for t in column):
             return "\n".join(column)
-    elif all("|" not in t and t.strip() and len(t.splitlines()) == 1 for r in texts for t in r):
+    elif all("|" not in t and t.strip() and _one_line(t) for r in texts for t in r):
         return "\n".join(" | ".join(r) for r in texts)
-    return json.dumps([[_json_value(v) for v in r] for r in rows], ensure_ascii=False)
+    return None
