@@ -1,7 +1,7 @@
 """`sqlenv` command line: run SQL in the sandbox, judge answers, validate data, play an episode.
 
     sqlenv query    --db PATH --sql SQL [--timeout S]      one JSON object (exit 0 even if the SQL fails)
-    sqlenv judge    --db-dir DIR < lines.jsonl             one JSON verdict line per input line
+    sqlenv judge    --db-dir DIR [--metric value|ex] < lines.jsonl   one JSON verdict line per input line
     sqlenv validate --data DIR | --questions F --db-dir D  oracle-play every question; JSON summary
     sqlenv play     --data DIR --question N                a person plays one episode at the terminal
     sqlenv eval     --model DIR --data DIR | --questions F --db-dir D   a model on a question set
@@ -61,9 +61,14 @@ def _cmd_query(args: argparse.Namespace, out: TextIO) -> int:
 
 
 # ------------------------------------------------------------------------------ judge
-def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any) -> tuple[dict[str, Any], bool]:
-    """Judge one input line; returns (output record, whether the line was malformed)."""
+def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any, metric: str = "value") -> tuple[dict[str, Any], bool]:
+    """Judge one input line; returns (output record, whether the line was malformed).
+
+    metric "value": the lenient verifier on the answer text (or on the predicted SQL's canonical answer);
+    metric "ex": Spider's execution match of the predicted SQL's rows (`sqlenv.env.execution_match`).
+    """
     from sqlenv.data.hardness import is_ordered
+    from sqlenv.env.execution_match import execution_match, order_matters
     from sqlenv.env.sandbox import Sandbox, SandboxError
     from sqlenv.env.verifier import format_answer, verify
     from sqlenv.types import db_file
@@ -77,8 +82,9 @@ def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any) -> tuple[dict
     rid = rec.get("id")
     missing = [k for k in ("id", "db_id", "gold_sql") if not isinstance(rec.get(k), (str, int))]
     has_answer, has_pred = "answer" in rec, "pred_sql" in rec
-    if missing or has_answer == has_pred:
-        need = f"missing {missing}" if missing else "exactly one of 'answer' or 'pred_sql' is required"
+    if missing or has_answer == has_pred or (metric == "ex" and not has_pred):
+        need = (f"missing {missing}" if missing else "--metric ex judges SQL: 'pred_sql' is required" if metric == "ex"
+                else "exactly one of 'answer' or 'pred_sql' is required")
         return {"id": rid, "correct": False, "reason": f"malformed input: {need}"}, True
     db_id = str(rec["db_id"])
     if db_id not in boxes:
@@ -93,11 +99,19 @@ def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any) -> tuple[dict
     gold = box.execute(str(rec["gold_sql"]))
     if not gold.ok:
         return {"id": rid, "correct": False, "reason": f"gold SQL failed: {gold.error}"}, False
-    ordered = bool(rec["ordered"]) if "ordered" in rec else is_ordered(str(rec["gold_sql"]))
+    default_order = order_matters if metric == "ex" else is_ordered
+    ordered = bool(rec["ordered"]) if "ordered" in rec else default_order(str(rec["gold_sql"]))
     if has_pred:
         pred = box.execute(str(rec["pred_sql"]))
         if not pred.ok:
             return {"id": rid, "correct": False, "reason": f"predicted SQL failed: {pred.error}"}, False
+        if metric == "ex":
+            if gold.truncated or pred.truncated:
+                which = "gold" if gold.truncated else "predicted"
+                return {"id": rid, "correct": False, "reason": f"the {which} result passed the fetch limit: "
+                        "rows not compared"}, False  # fmt: skip
+            verdict = execution_match(pred.rows, gold.rows, ordered)
+            return {"id": rid, "correct": verdict.correct, "reason": verdict.reason}, False
         # Exactly what an agent that ran this SQL and answered with its result would get.
         answer = format_answer(pred.columns, pred.rows)
     else:
@@ -119,7 +133,7 @@ def _cmd_judge(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
         for line in inp:
             if not line.strip():
                 continue
-            record, bad = _judge_line(line, db_dir, boxes, limits)
+            record, bad = _judge_line(line, db_dir, boxes, limits, args.metric)
             malformed += bad
             _print_json(record, out)
             out.flush()
@@ -270,8 +284,11 @@ def _parser(extra: Mapping[str, Command] = {}) -> argparse.ArgumentParser:
 
     p = sub.add_parser("judge", help="judge answers or predicted SQL read as JSON lines on stdin",
                        description="Input lines: {id, db_id, gold_sql, answer} or {id, db_id, gold_sql, pred_sql} "
-                       "(optional 'ordered'; default: whether gold_sql orders at top level). Output lines: "
-                       "{id, correct, reason}. Exit 1 if any input line was malformed.")
+                       "(optional 'ordered'; default: whether gold_sql orders at top level, or with --metric ex "
+                       "whether it says 'order by'). Output lines: {id, correct, reason}. Exit 1 if any input line "
+                       "was malformed.")
+    p.add_argument("--metric", choices=("value", "ex"), default="value",
+                   help="value: the lenient answer verifier (default); ex: Spider's execution match of pred_sql")
     p.add_argument("--db-dir", required=True, help="databases in Spider layout <dir>/<db_id>/<db_id>.sqlite")
     p.add_argument("--timeout", type=float, default=2.0, help="per-statement limit in seconds (default 2)")
 

@@ -71,6 +71,47 @@ def test_judge(concert_db_dir):
     assert all(isinstance(r["reason"], str) and r["reason"] for r in results)
 
 
+def test_judge_metric_ex(concert_db_dir):
+    """--metric ex scores predicted SQL by execution match: no value leniency, columns by permutation."""
+    lines = [
+        {"id": "a", "db_id": "concert", "gold_sql": Q_COUNT.gold_sql, "pred_sql": "SELECT count(singer_id) FROM singer"},
+        {"id": "b", "db_id": "concert", "gold_sql": Q_COUNT.gold_sql, "pred_sql": "SELECT count(*) + 0.0 FROM singer"},
+        {"id": "c", "db_id": "concert", "gold_sql": Q_COUNT.gold_sql, "pred_sql": "SELECT '5'"},  # text, not 5
+        {"id": "d", "db_id": "concert", "gold_sql": "SELECT name, age FROM singer",
+         "pred_sql": "SELECT age, name FROM singer ORDER BY name"},  # columns swapped, order free
+        {"id": "e", "db_id": "concert", "gold_sql": Q_FRANCE.gold_sql,
+         "pred_sql": "SELECT name FROM singer WHERE country = 'France' ORDER BY age"},  # gold says ORDER BY
+        {"id": "f", "db_id": "concert", "gold_sql": Q_JOIN.gold_sql, "pred_sql": "SELECT nonsense"},
+    ]
+    stdin = "\n".join(json.dumps(x) for x in lines) + "\n"
+    code, out = run(["judge", "--db-dir", str(concert_db_dir), "--metric", "ex"], stdin)
+    results = [json.loads(line) for line in out.splitlines()]
+    assert code == 0
+    assert [(r["id"], r["correct"]) for r in results] == [
+        ("a", True), ("b", True), ("c", False), ("d", True), ("e", False), ("f", False)
+    ]
+    # the value verifier accepts the text '5' for a count of 5; execution match does not
+    code, out = run(["judge", "--db-dir", str(concert_db_dir)], json.dumps(lines[2]) + "\n")
+    assert json.loads(out)["correct"] is True
+
+
+def test_judge_metric_ex_needs_sql(concert_db_dir):
+    line = json.dumps({"id": "x", "db_id": "concert", "gold_sql": Q_COUNT.gold_sql, "answer": "5"})
+    code, out = run(["judge", "--db-dir", str(concert_db_dir), "--metric", "ex"], line + "\n")
+    assert code == 1 and json.loads(out)["reason"] == "malformed input: --metric ex judges SQL: 'pred_sql' is required"
+
+
+def test_judge_metric_ex_gold_against_gold_on_spider(spider_dir):
+    """Every Spider dev question's gold SQL, judged against itself by execution match: 100 %."""
+    records = json.loads((spider_dir / "dev.json").read_text())
+    lines = [{"id": i, "db_id": r["db_id"], "gold_sql": r["query"], "pred_sql": r["query"]} for i, r in enumerate(records)]
+    stdin = "".join(json.dumps(x) + "\n" for x in lines)
+    code, out = run(["judge", "--db-dir", str(spider_dir / "database"), "--metric", "ex"], stdin)
+    results = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(results) == len(records) == 603
+    assert [r for r in results if not r["correct"]] == []
+
+
 @pytest.mark.parametrize(
     "line, reason",
     [
