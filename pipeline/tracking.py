@@ -7,7 +7,9 @@ created (and lost) inside that copy, so the root comes from DVC_ROOT, which DVC 
 at the real workspace. Artifacts go to `mlartifacts/` beside the store for the same reason.
 
 Tags on every run: `stage`, `git_commit` (+ `git_dirty`), `dvc_exp_name`,
-`dvc_exp_baseline_rev`, `params_hash` (of exactly the params the stage read).
+`dvc_exp_baseline_rev`, `params_hash` (of exactly the params the stage read), and the machine
+(`system/cpu_model`, CPUs, threads: `pipeline.machine`). Metrics on every run: the load average at
+start and end and the peak RSS (`system/...`), so a timing says whether it was contended.
 
 Grouping: the stage runs of one pipeline execution are nested under one parent run, so the
 MLflow UI lists an experiment's stages together and its compare view lines two experiments
@@ -25,11 +27,14 @@ import contextlib
 import hashlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import mlflow
+from mlflow.entities import Metric, RunTag
 
+from pipeline import machine
 from pipeline.params import flatten, params_hash, repo_root
 
 EXPERIMENT_NAME = "sqlenv"
@@ -130,21 +135,36 @@ def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -
     """
     mlflow.set_tracking_uri(tracking_uri())
     experiment_id = _experiment_id()
-    tags = run_tags(stage, params)
+    tags = {**run_tags(stage, params), **machine.facts()}
     parent = _parent_run_id(experiment_id)
     with mlflow.start_run(
         experiment_id=experiment_id, run_name=run_name or stage, tags=tags, parent_run_id=parent
     ) as run:
         mlflow.log_params(flatten(params))
+        mlflow.log_metrics(machine.load("start"))
         previous = os.environ.get("MLFLOW_RUN_ID")
         os.environ["MLFLOW_RUN_ID"] = run.info.run_id
         try:
             yield run
         finally:
+            _log_end(run.info.run_id)
             if previous is None:
                 os.environ.pop("MLFLOW_RUN_ID", None)
             else:
                 os.environ["MLFLOW_RUN_ID"] = previous
+
+
+def _log_end(run_id: str) -> None:
+    """Peak memory, the load at the end and torch's thread count (torch is imported by then), logged into
+    the run by id: a trainer's MLflow callback may have ended the active run already."""
+    now = int(time.time() * 1000)
+    end = {**machine.load("end"), **machine.peak_rss_mb()}
+    threads = {k: v for k, v in machine.facts().items() if k == "system/torch_threads"}
+    mlflow.MlflowClient().log_batch(
+        run_id,
+        metrics=[Metric(k, float(v), now, 0) for k, v in end.items()],
+        tags=[RunTag(k, v) for k, v in threads.items()],
+    )
 
 
 def log_metrics(metrics: dict[str, Any], step: int | None = None, prefix: str = "") -> None:

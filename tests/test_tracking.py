@@ -79,3 +79,22 @@ def test_a_running_pipeline_does_not_make_its_commit_dirty(tmp_path, monkeypatch
     assert len(sha) == 40 and not dirty
     (tmp_path / "code.py").write_text("1\n")
     assert tracking.git_commit()[1]
+
+
+def test_every_stage_run_records_the_machine_its_load_and_its_peak_memory(store):
+    """Timings need their context: CPU model and threads as tags, load at start and end, peak RSS."""
+    with tracking.stage_run("prepare", {"seed": 0}) as run:
+        import torch  # noqa: F401  (imported during the stage, as the training stages do)
+    data = mlflow.MlflowClient().get_run(run.info.run_id).data
+    assert data.tags["system/cpu_model"] and int(data.tags["system/logical_cpus"]) >= 1
+    assert int(data.tags["system/torch_threads"]) >= 1
+    for key in ("system/load1_start", "system/load1_end", "system/load5_end"):
+        assert data.metrics[key] >= 0
+    assert data.metrics["system/peak_rss_mb"] >= 50  # this process holds torch by now
+
+
+def test_a_failed_stage_still_records_its_peak_memory(store):
+    with pytest.raises(RuntimeError), tracking.stage_run("sft", {"sft": {}}):
+        raise RuntimeError("boom")
+    (run,) = [r for r in _runs() if r.data.tags.get("stage") == "sft"]
+    assert run.info.status == "FAILED" and run.data.metrics["system/peak_rss_mb"] > 0

@@ -1,0 +1,84 @@
+"""What a stage's timings stand on: the CPU, its load and thread settings, and the stage's peak memory.
+
+Timings on a 2-core machine mean little without these. torch on two cores slows down many times over
+when anything else runs, and CPU models of one machine kind differ (bf16 is fast on some, slow on others).
+`stage_run` logs `facts()` as tags when a stage starts. It logs `load()` at the start and at the end,
+and `peak_rss_mb()` at the end, as metrics (`system/...`), so a slow run shows whether it was contended.
+
+What it does not do: change any setting (thread counts stay what torch chose), or watch memory over time:
+the peak is the kernel's high-water mark of this process and of its waited-for children.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo (Linux) gives it, else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def physical_cores() -> int | None:
+    """Distinct (physical id, core id) pairs in /proc/cpuinfo; None where it does not list them."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    cores, phys = set(), "0"
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key == "physical id":
+            phys = value.strip()
+        elif key == "core id":
+            cores.add((phys, value.strip()))
+    return len(cores) or None
+
+
+def _threads() -> dict[str, str]:
+    out = {var: os.environ[var] for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if var in os.environ}
+    torch = sys.modules.get("torch")  # never imported just to ask
+    if torch is not None:
+        out["torch_threads"] = str(torch.get_num_threads())
+    return out
+
+
+def facts() -> dict[str, str]:
+    """Tags for a stage run: CPU model, logical CPUs, physical cores, CPUs this process may use, threads."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "system/cpu_model": cpu_model(),
+        "system/logical_cpus": str(os.cpu_count()),
+        "system/physical_cores": str(physical_cores()),
+        "system/usable_cpus": str(usable),
+        **{f"system/{k}": v for k, v in _threads().items()},
+    }
+
+
+def load(when: str) -> dict[str, float]:
+    """The 1- and 5-minute load averages, as `system/load1_<when>` and `system/load5_<when>`."""
+    try:
+        one, five, _ = os.getloadavg()
+    except OSError:
+        return {}
+    return {f"system/load1_{when}": one, f"system/load5_{when}": five}
+
+
+def peak_rss_mb() -> dict[str, Any]:
+    """The peak resident memory of this process and of the largest waited-for child, in MB."""
+    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # ru_maxrss: KiB on Linux, bytes on macOS
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale
+    return {"system/peak_rss_mb": round(own, 1), "system/peak_rss_children_mb": round(children, 1)}
