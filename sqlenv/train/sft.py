@@ -15,7 +15,7 @@ What is trained on, token for token, is what GRPO shows and generates (a test co
 Why `trainable_token_indices`: in the offline base checkpoint the `<tool_call>`/`</tool_call>` embedding
 rows were never trained (they equal the padding rows), and the input and output embeddings are tied. LoRA on
 linear layers cannot raise the logit of a token whose output row is noise, so those rows (all tokens
-`models.untrained_token_ids` lists, plus the two tool tags always) are trained with peft's
+`provenance.untrained_token_ids` lists, plus the two tool tags always) are trained with peft's
 `trainable_token_indices`; peft wraps the tied `lm_head` with the same delta, and `merge_and_unload` writes
 the delta into the one shared matrix. `train.merge.save_trained` checks the tag rows really changed before saving.
 
