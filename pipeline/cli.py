@@ -2,6 +2,7 @@
 
     sqlenv eval --model models/sft --data ../shared/spider --n 200
     sqlenv eval --model DIR --questions data/questions/n200.jsonl --db-dir data/databases --name sft_n200
+    sqlenv eval --model models/base --data ../shared/spider --protocol text_to_sql   # base_sql: full schema, EX
 
 `eval` is lm-eval-harness style: any model folder (or a Hub id, downloaded by `huggingface_hub`) on any
 question set — a Spider-format folder (its questions file through the same loader and oracle gate as
@@ -12,6 +13,9 @@ hardness-stratified subset by stable hash. It plays and scores exactly as the `e
 (`sqlenv.eval.harness.play`, `result_document`, `pipeline.results.write_result`) and writes the same
 `metrics.json` + `samples.jsonl` to `--out` (default `eval/<name>/`). With a tracking URI
 (`--tracking-uri` or `$MLFLOW_TRACKING_URI`) the run is also logged to MLflow (experiment `sqlenv-eval`).
+`--protocol text_to_sql` plays the classic single-turn protocol instead of the agent
+(`sqlenv.eval.text_to_sql`: full schema in the prompt, one reply, its SQL scored by execution accuracy;
+with `--data`, every question whose gold SQL runs, as published Spider numbers count them).
 It lives here, not in `sqlenv/`, because the domain library never imports MLflow.
 """
 
@@ -38,6 +42,10 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--questions-file", default="dev.json", help="questions file inside --data (default dev.json)")
     p.add_argument("--questions", help="questions JSONL in the prepare output format, instead of --data")
     p.add_argument("--db-dir", help="databases in Spider layout <dir>/<db_id>/<db_id>.sqlite (with --questions)")
+    p.add_argument("--protocol", choices=("agent", "text_to_sql"), default="agent",
+                   help="agent: the multi-turn tool episode, value answers (default); text_to_sql: full schema, "
+                   "one reply, its SQL scored by execution accuracy (EX)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="reply budget of text_to_sql (default 256)")
     p.add_argument("--n", type=int, default=0, help="evaluate a hardness-stratified subset of this size (0: all)")
     p.add_argument("--name", help="name of the result (default <model folder>_<data name>)")
     p.add_argument("--out", help="output folder (default eval/<name>)")
@@ -65,7 +73,8 @@ def _questions(args: argparse.Namespace) -> tuple[list[Any], Path, str, dict[str
         if args.data:
             if args.questions:
                 raise UsageError("give --data or --questions, not both")
-            questions, db_dir, drops = load_spider_questions(args.data, args.questions_file, args.timeout)
+            questions, db_dir, drops = load_spider_questions(args.data, args.questions_file, args.timeout,
+                                                             for_sql=args.protocol == "text_to_sql")
             name = Path(args.data).resolve().name
         elif args.questions and args.db_dir:
             questions, db_dir, drops = load_questions_file(args.questions), Path(args.db_dir), {}
@@ -112,8 +121,10 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     if args.n and args.n < pool:
         questions = stratified_sample(questions, args.n, args.seed)
     model_dir = _model_dir(args.model)
-    name = args.name or f"{model_dir.resolve().name}_{data_name}"
+    name = args.name or f"{model_dir.resolve().name}_{data_name}" + ("_sql" if args.protocol == "text_to_sql" else "")
     out_dir = Path(args.out) if args.out else Path("eval") / name
+    if args.protocol == "text_to_sql":
+        return _run_text_to_sql(args, out, questions, db_dir, data_name, drops, pool, model_dir, name, out_dir)
     try:
         env = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, rewards=RewardConfig(mode="binary"))
         settings = EvalSettings(max_total_tokens=args.max_total_tokens, batch_size=args.batch_size,
@@ -135,6 +146,46 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     summary = {"name": name, "n": m["n"], "accuracy": m["accuracy"], "accuracy_low": m["accuracy_low"],
                "accuracy_high": m["accuracy_high"], "parse_rate": m["parse_rate"],
                "lenient_parse_rate": m["lenient_parse_rate"], "wall_time_s": round(wall, 1), "out": str(out_dir)}  # fmt: skip
+    out.write(json.dumps(summary) + "\n")
+    return domain_cli.EXIT_OK
+
+
+def _run_text_to_sql(args, out, questions, db_dir, data_name, drops, pool, model_dir, name, out_dir) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipeline.results import write_result
+    from sqlenv.env.environment import EnvConfig
+    from sqlenv.env.rewards import RewardConfig
+    from sqlenv.eval.harness import result_document
+    from sqlenv.eval.text_to_sql import play_text_to_sql, text_to_sql_metrics
+    from sqlenv.provenance import chat_template_kwargs, model_fingerprint
+
+    if args.max_new_tokens < 1 or args.batch_size < 1:
+        raise UsageError("--max-new-tokens and --batch-size must be >= 1")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, args.dtype))
+    start = time.perf_counter()
+    records = play_text_to_sql(model, tokenizer, questions, db_dir=db_dir, max_new_tokens=args.max_new_tokens,
+                               batch_size=args.batch_size, sql_timeout_s=args.timeout,
+                               chat_template_kwargs=chat_template_kwargs(model_dir), progress=not args.no_progress)  # fmt: skip
+    wall = time.perf_counter() - start
+    settings = {"protocol": "text_to_sql", "metric": "ex", "max_new_tokens": args.max_new_tokens,
+                "batch_size": args.batch_size, "decoding": "greedy", "dtype": args.dtype, "schema": "full"}  # fmt: skip
+    data = {"data": args.data, "questions_file": args.questions_file if args.data else args.questions,
+            "db_dir": str(db_dir), "pool": pool, "dropped": drops, "subset_seed": args.seed if args.n else None}  # fmt: skip
+    document = result_document(name, data_name, records, model={"path": str(model_dir),
+                               "fingerprint": model_fingerprint(model_dir)}, settings=settings,
+                               env_config=EnvConfig(sql_timeout_s=args.timeout, rewards=RewardConfig(mode="binary")),
+                               data=data, wall_time_s=round(wall, 1))  # fmt: skip
+    document["metrics"].update(text_to_sql_metrics(records))
+    write_result(out_dir, records, document)
+    if args.tracking_uri:
+        _log_to_mlflow(args, name, out_dir, records, document)
+    m = document["metrics"]
+    summary = {"name": name, "protocol": "text_to_sql", "metric": "ex", "n": m["n"], "ex": m["accuracy"],
+               "ex_low": m["accuracy_low"], "ex_high": m["accuracy_high"], "sql_extracted_rate": m["sql_extracted_rate"],
+               "sql_executable_rate": m["sql_executable_rate"], "wall_time_s": round(wall, 1), "out": str(out_dir)}  # fmt: skip
     out.write(json.dumps(summary) + "\n")
     return domain_cli.EXIT_OK
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +167,25 @@ def render_table_info(info: "TableInfo") -> str:
         for fk in info.foreign_keys:
             lines.append(f"  {fk.column} -> {fk.ref_table}.{fk.ref_column}")
     return "\n".join(lines)
+
+
+def _identifier(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def schema_ddl(infos: Sequence["TableInfo"]) -> str:
+    """Tables as CREATE TABLE statements (column types, primary key, foreign keys), as full-schema
+    text-to-SQL prompts show a database; in the order given."""
+    statements = []
+    for info in infos:
+        lines = [f"  {_identifier(c.name)}{' ' + c.type if c.type else ''}" for c in info.columns]
+        keys = [_identifier(c.name) for c in info.columns if c.primary_key]
+        if keys:
+            lines.append(f"  PRIMARY KEY ({', '.join(keys)})")
+        lines += [f"  FOREIGN KEY ({_identifier(fk.column)}) REFERENCES {_identifier(fk.ref_table)}"
+                  f"({_identifier(fk.ref_column)})" for fk in info.foreign_keys]  # fmt: skip
+        statements.append(f"CREATE TABLE {_identifier(info.name)} (\n" + ",\n".join(lines) + "\n);")
+    return "\n\n".join(statements)
 
 
 def assistant_tool_calls(calls: Sequence[tuple[str, dict[str, Any]]], content: str = "") -> dict[str, Any]:
