@@ -42,3 +42,13 @@ def test_block_generation_round_trip():
     assert updated(f"intro\n{START}\n{END}\n", report) == f"intro\n{START}\n{block}\n{END}\n"  # an empty block
     with pytest.raises(ValueError, match="no section"):
         results_block("# empty\n")
+
+
+def test_readme_comparable_numbers_equal_the_committed_result():
+    """The README's base_sql row is read from the committed `sqlenv eval --protocol text_to_sql` result."""
+    doc = json.loads((ROOT / "reports/comparable/base_sql_spider_dev/metrics.json").read_text())
+    m = doc["metrics"]
+    assert doc["settings"]["protocol"] == "text_to_sql" and m["metric"] == "ex" and m["n"] == doc["n"]
+    row = f"| {m['n']} | {100 * m['accuracy']:.1f} % [{100 * m['accuracy_low']:.1f}, {100 * m['accuracy_high']:.1f}] |"
+    (line,) = [x for x in (ROOT / "README.md").read_text().splitlines() if x.startswith("| sqlenv `base_sql`")]
+    assert row in line, (row, line)
