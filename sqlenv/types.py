@@ -4,7 +4,8 @@ These dataclasses are the vocabulary every other module speaks: a `Question` is 
 episode's task, a `QueryResult` is what the sandbox returns for one statement, a
 `Verdict` is what the verifier decides, a `StepResult` is what one tool call does to an
 episode, and an `EpisodeRecord` is a finished episode as evaluation and SFT data keep it.
-They are plain data (JSON-friendly through `to_dict`/`from_dict`); no behaviour lives here.
+They are plain data (JSON-friendly through `to_dict`/`from_dict`). Beside them, three helpers every
+layer needs: `stable_hash` (seeded choices) and `strict_kwargs`/`unknown_key` (strict config reading).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def strict_kwargs(cls: type, d: "Mapping[str, Any]", what: str) -> dict[str, Any
     if unknown:
         raise ValueError(f"unknown {what} key(s) {', '.join(unknown_key(k, known) for k in unknown)}")
     return dict(d)
+
+
 TOOL_NAMES: tuple[str, ...] = ("describe", "sample", "query", "answer")
 
 

@@ -18,10 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sqlenv.data.oracle import oracle_calls, play
-from sqlenv.data.splits import stable_hash
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig, SQLEnv
-from sqlenv.types import EpisodeRecord, Question
+from sqlenv.types import EpisodeRecord, Question, stable_hash
 
 _ELLIPSIS = "\u2026"
 

@@ -27,13 +27,11 @@ import copy
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sqlenv.env.sandbox import TableInfo, quote_identifier
 from sqlenv.env.verifier import SHORT_FLOAT_CHARS, format_float
 from sqlenv.types import QueryResult, Question, blob_text
-
-if TYPE_CHECKING:  # the sandbox module is only needed for the type of `render_table_info`'s argument
-    from sqlenv.env.sandbox import TableInfo
 
 SYSTEM_PROMPT = (
     "You answer questions about a SQLite database by calling tools. "
@@ -156,7 +154,7 @@ def render_result(result: QueryResult, max_rows: int, max_chars: int) -> str:
     return "\n".join(lines)
 
 
-def render_table_info(info: "TableInfo") -> str:
+def render_table_info(info: TableInfo) -> str:
     """A table's columns (type, primary key), foreign keys and row count, as `describe` shows them."""
     lines = [f"Table {info.name} ({info.row_count} row{'s' if info.row_count != 1 else ''})", "Columns:"]
     for col in info.columns:
@@ -170,10 +168,11 @@ def render_table_info(info: "TableInfo") -> str:
 
 
 def _identifier(name: str) -> str:
-    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'
+    """A name as written in DDL: bare when it is a plain word, quoted otherwise."""
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else quote_identifier(name)
 
 
-def schema_ddl(infos: Sequence["TableInfo"]) -> str:
+def schema_ddl(infos: Sequence[TableInfo]) -> str:
     """Tables as CREATE TABLE statements (column types, primary key, foreign keys), as full-schema
     text-to-SQL prompts show a database; in the order given."""
     statements = []

@@ -444,7 +444,7 @@ class Sandbox:
         cached = self._table_infos.get(name)
         if cached is not None:
             return cached
-        q = _quote_identifier(name)
+        q = quote_identifier(name)
         columns = tuple(
             ColumnInfo(name=row[1], type=row[2] or "", primary_key=bool(row[5]))
             for row in self._internal(f"PRAGMA table_info({q})")
@@ -469,7 +469,7 @@ class Sandbox:
             return ""
         pk = sorted(
             (row[5], row[1])
-            for row in self._internal(f"PRAGMA table_info({_quote_identifier(table)})")
+            for row in self._internal(f"PRAGMA table_info({quote_identifier(table)})")
             if row[5]
         )
         return pk[position][1] if position < len(pk) else ""
@@ -479,7 +479,7 @@ class Sandbox:
         name = self.resolve_table(table)
         if name is None:
             return QueryResult(ok=False, error=f"no such table: {table}")
-        return self.execute(f"SELECT * FROM {_quote_identifier(name)} LIMIT {max(0, int(n))}")
+        return self.execute(f"SELECT * FROM {quote_identifier(name)} LIMIT {max(0, int(n))}")
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -505,5 +505,6 @@ def _is_checkpointed_wal(path: Path) -> bool:
     return is_wal and not Path(f"{path}-wal").exists()
 
 
-def _quote_identifier(name: str) -> str:
+def quote_identifier(name: str) -> str:
+    """`name` as an SQLite identifier in double quotes (inner quotes doubled): safe for any table or column name."""
     return '"' + name.replace('"', '""') + '"'

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlenv.data.splits import stable_hash
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
+from sqlenv.env.sandbox import quote_identifier
 from sqlenv.eval.rollout import Episode
-from sqlenv.types import TOOL_NAMES, EpisodeRecord, Question
+from sqlenv.types import TOOL_NAMES, EpisodeRecord, Question, stable_hash
 
 _ELLIPSIS = "\u2026"
 
@@ -58,10 +58,6 @@ def policy(name: str) -> Policy:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
 
 
-def _quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
-
-
 def _result_cells(observation: str) -> list[str]:
     """Cells of a rendered result (header line, rows, footer); nothing for errors and table descriptions."""
     if observation.startswith(prompts.ERROR_PREFIX) or observation.startswith("Table "):
@@ -89,12 +85,13 @@ class _RandomAgent:
         if tool in ("describe", "sample"):
             return tool, {"table_name": table}
         limit = self.rng.randint(1, 5)
-        forms = [f"SELECT * FROM {_quote(table)} LIMIT {limit}", f"SELECT count(*) FROM {_quote(table)}"]
+        name = quote_identifier(table)
+        forms = [f"SELECT * FROM {name} LIMIT {limit}", f"SELECT count(*) FROM {name}"]
         if self.columns.get(table):
-            column = _quote(self.rng.choice(self.columns[table]))
+            column = quote_identifier(self.rng.choice(self.columns[table]))
             forms += [
-                f"SELECT {column} FROM {_quote(table)} LIMIT {limit}",
-                f"SELECT DISTINCT {column} FROM {_quote(table)} LIMIT {limit}",
+                f"SELECT {column} FROM {name} LIMIT {limit}",
+                f"SELECT DISTINCT {column} FROM {name} LIMIT {limit}",
             ]
         return tool, {"sql": self.rng.choice(forms)}
 
