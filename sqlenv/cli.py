@@ -68,7 +68,7 @@ def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any, metric: str =
     metric "ex": Spider's execution match of the predicted SQL's rows (`sqlenv.env.execution_match`).
     """
     from sqlenv.data.hardness import is_ordered
-    from sqlenv.env.execution_match import execution_match, order_matters
+    from sqlenv.env.execution_match import execution_verdict, order_matters
     from sqlenv.env.sandbox import Sandbox, SandboxError
     from sqlenv.env.verifier import format_answer, verify
     from sqlenv.types import db_file
@@ -106,11 +106,7 @@ def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any, metric: str =
         if not pred.ok:
             return {"id": rid, "correct": False, "reason": f"predicted SQL failed: {pred.error}"}, False
         if metric == "ex":
-            if gold.truncated or pred.truncated:
-                which = "gold" if gold.truncated else "predicted"
-                return {"id": rid, "correct": False, "reason": f"the {which} result passed the fetch limit: "
-                        "rows not compared"}, False  # fmt: skip
-            verdict = execution_match(pred.rows, gold.rows, ordered)
+            verdict = execution_verdict(pred, gold, ordered)
             return {"id": rid, "correct": verdict.correct, "reason": verdict.reason}, False
         # Exactly what an agent that ran this SQL and answered with its result would get.
         answer = format_answer(pred.columns, pred.rows)

@@ -106,3 +106,17 @@ def test_rows_with_the_same_cells_need_one_column_map():
     assert execution_match([(3, 1, 2), (1, 2, 3)], gold, False).correct  # columns (1, 2, 0), rows swapped
     assert not execution_match([(1, 2, 3), (3, 2, 1)], gold, False).correct
     assert not execution_match([(1, 2, 3), (1, 3, 2)], gold, False).correct
+
+
+def test_execution_verdict_of_executed_results():
+    """A failed prediction scores 0 with SQLite's message; a result cut at the fetch limit is never compared."""
+    from sqlenv.env.execution_match import execution_verdict
+    from sqlenv.types import QueryResult
+
+    gold = QueryResult(ok=True, columns=["n"], rows=[(5,)])
+    assert execution_verdict(QueryResult(ok=True, columns=["c"], rows=[(5.0,)]), gold, False).correct
+    failed = execution_verdict(QueryResult(ok=False, error="no such column: x"), gold, False)
+    assert not failed.correct and failed.reason == "predicted SQL failed: no such column: x"
+    cut = QueryResult(ok=True, columns=["n"], rows=[(5,)], truncated=True)
+    assert execution_verdict(cut, gold, False).reason == "the predicted result passed the fetch limit: rows not compared"
+    assert not execution_verdict(gold, cut, False).correct  # same rows, but the gold's are not all there

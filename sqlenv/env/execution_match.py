@@ -18,8 +18,8 @@ of `test-suite-sql-eval` (`exec_eval.result_eq`, Zhong et al. 2020):
 Where this differs from the official code, on purpose and without changing a verdict: it prunes column
 permutations with every predicted row (the official one samples 20 rows at random for results of more than
 three columns; pruning with all rows only removes permutations that could not match), so it is deterministic.
-What it does not do: execute SQL (the caller runs both statements through the sandbox; a predicted SQL that
-fails scores 0), or the test-suite's distilled extra databases (Spider ships one database per db_id here).
+What it does not do: execute SQL (the caller runs both statements through the sandbox; `execution_verdict`
+scores the results, a predicted SQL that failed as 0), or the test-suite's distilled extra databases (Spider ships one database per db_id here).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from itertools import product
 from typing import Any
 
-from sqlenv.types import Verdict
+from sqlenv.types import QueryResult, Verdict
 
 Row = tuple[Any, ...]
 
@@ -81,3 +81,14 @@ def execution_match(pred_rows: Sequence[Sequence[Any]], gold_rows: Sequence[Sequ
             moved = "" if perm == tuple(range(width)) else f" (columns {list(perm)})"
             return Verdict(True, "match" + in_order + moved)
     return Verdict(False, "no column order makes the rows equal" + in_order)
+
+
+def execution_verdict(pred: QueryResult, gold: QueryResult, ordered: bool) -> Verdict:
+    """EX of an executed prediction against the executed gold: a prediction that failed scores 0, and a result
+    cut at the sandbox's fetch limit is not compared (its rows are not all there)."""
+    if not pred.ok:
+        return Verdict(False, f"predicted SQL failed: {pred.error}")
+    if gold.truncated or pred.truncated:
+        which = "gold" if gold.truncated else "predicted"
+        return Verdict(False, f"the {which} result passed the fetch limit: rows not compared")
+    return execution_match(pred.rows, gold.rows, ordered)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlenv.env import prompts
-from sqlenv.env.execution_match import execution_match, order_matters
+from sqlenv.env.execution_match import execution_verdict, order_matters
 from sqlenv.env.sandbox import Sandbox, SandboxLimits
 from sqlenv.eval.decode import GenerationSettings, ModelGenerator, TurnGenerator
 from sqlenv.types import EpisodeRecord, Question, db_file
@@ -68,12 +68,9 @@ def _judge(box: Sandbox, question: Question, sql: str | None) -> tuple[bool, str
     if not gold.ok:
         raise ValueError(f"gold SQL of {question.id} fails on {question.db_id}: {gold.error}")
     pred = box.execute(sql)
-    if not pred.ok:
-        return False, f"predicted SQL failed: {pred.error}", "sql error"
-    if gold.truncated or pred.truncated:
-        return False, "a result passed the fetch limit: rows not compared", "truncated"
-    verdict = execution_match(pred.rows, gold.rows, order_matters(question.gold_sql))
-    return verdict.correct, verdict.reason, "sql"
+    verdict = execution_verdict(pred, gold, order_matters(question.gold_sql))
+    end = "sql error" if not pred.ok else "truncated" if gold.truncated or pred.truncated else "sql"
+    return verdict.correct, verdict.reason, end
 
 
 def play_text_to_sql(
