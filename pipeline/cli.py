@@ -123,8 +123,10 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     model_dir = _model_dir(args.model)
     name = args.name or f"{model_dir.resolve().name}_{data_name}" + ("_sql" if args.protocol == "text_to_sql" else "")
     out_dir = Path(args.out) if args.out else Path("eval") / name
+    data = {"data": args.data, "questions_file": args.questions_file if args.data else args.questions,
+            "db_dir": str(db_dir), "pool": pool, "dropped": drops, "subset_seed": args.seed if args.n else None}  # fmt: skip
     if args.protocol == "text_to_sql":
-        return _run_text_to_sql(args, out, questions, db_dir, data_name, drops, pool, model_dir, name, out_dir)
+        return _run_text_to_sql(args, out, questions, db_dir, data_name, data, model_dir, name, out_dir)
     try:
         env = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, rewards=RewardConfig(mode="binary"))
         settings = EvalSettings(max_total_tokens=args.max_total_tokens, batch_size=args.batch_size,
@@ -135,8 +137,6 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     records, model_info = play(model_dir, questions, db_dir=db_dir, env_config=env, settings=settings,
                                template_kwargs=chat_template_kwargs(model_dir), progress=not args.no_progress)  # fmt: skip
     wall = time.perf_counter() - start
-    data = {"data": args.data, "questions_file": args.questions_file if args.data else args.questions,
-            "db_dir": str(db_dir), "pool": pool, "dropped": drops, "subset_seed": args.seed if args.n else None}  # fmt: skip
     document = result_document(name, data_name, records, model=model_info, settings=settings.describe(),
                                env_config=env, data=data, wall_time_s=round(wall, 1))  # fmt: skip
     write_result(out_dir, records, document)
@@ -150,33 +150,24 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     return domain_cli.EXIT_OK
 
 
-def _run_text_to_sql(args, out, questions, db_dir, data_name, drops, pool, model_dir, name, out_dir) -> int:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _run_text_to_sql(args, out, questions, db_dir, data_name, data, model_dir, name, out_dir) -> int:
     from pipeline.results import write_result
-    from sqlenv.env.environment import EnvConfig
-    from sqlenv.env.rewards import RewardConfig
-    from sqlenv.eval.harness import result_document
+    from sqlenv.eval.harness import load_model, result_document
     from sqlenv.eval.text_to_sql import play_text_to_sql, text_to_sql_metrics
     from sqlenv.provenance import chat_template_kwargs, model_fingerprint
 
     if args.max_new_tokens < 1 or args.batch_size < 1:
         raise UsageError("--max-new-tokens and --batch-size must be >= 1")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, args.dtype))
+    model, tokenizer = load_model(model_dir, args.dtype)
     start = time.perf_counter()
     records = play_text_to_sql(model, tokenizer, questions, db_dir=db_dir, max_new_tokens=args.max_new_tokens,
                                batch_size=args.batch_size, sql_timeout_s=args.timeout,
                                chat_template_kwargs=chat_template_kwargs(model_dir), progress=not args.no_progress)  # fmt: skip
     wall = time.perf_counter() - start
-    settings = {"protocol": "text_to_sql", "metric": "ex", "max_new_tokens": args.max_new_tokens,
-                "batch_size": args.batch_size, "decoding": "greedy", "dtype": args.dtype, "schema": "full"}  # fmt: skip
-    data = {"data": args.data, "questions_file": args.questions_file if args.data else args.questions,
-            "db_dir": str(db_dir), "pool": pool, "dropped": drops, "subset_seed": args.seed if args.n else None}  # fmt: skip
+    settings = {"protocol": "text_to_sql", "metric": "ex", "max_new_tokens": args.max_new_tokens, "batch_size":
+                args.batch_size, "decoding": "greedy", "dtype": args.dtype, "schema": "full", "sql_timeout_s": args.timeout}  # fmt: skip
     document = result_document(name, data_name, records, model={"path": str(model_dir),
-                               "fingerprint": model_fingerprint(model_dir)}, settings=settings,
-                               env_config=EnvConfig(sql_timeout_s=args.timeout, rewards=RewardConfig(mode="binary")),
+                               "fingerprint": model_fingerprint(model_dir)}, settings=settings, env_config=None,
                                data=data, wall_time_s=round(wall, 1))  # fmt: skip
     document["metrics"].update(text_to_sql_metrics(records))
     write_result(out_dir, records, document)

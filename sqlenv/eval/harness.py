@@ -86,6 +86,17 @@ def load_spider_questions(
     return verified, db_dir, dict(sorted(counts.items()))
 
 
+def load_model(model_dir: str | os.PathLike[str], dtype: str) -> tuple[Any, Any]:
+    """(model, tokenizer) of a Hugging Face model folder, the model in `dtype`; FileNotFoundError without one."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"no model at {model_dir} (a Hugging Face folder with config.json)")
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)), AutoTokenizer.from_pretrained(model_dir)
+
+
 def play(
     model_dir: str | os.PathLike[str],
     questions: Sequence[Question],
@@ -102,24 +113,18 @@ def play(
     `few_shot_pool` holds the (training) questions the examples come from when `settings.shots` > 0.
     `template_kwargs` are extra chat-template variables (Qwen3's `enable_thinking`).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from sqlenv.data.few_shot import few_shot_examples, few_shot_system_prompt
     from sqlenv.eval.rollout import run_episodes
     from sqlenv.provenance import model_fingerprint
 
     model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {model_dir} (a Hugging Face folder with config.json)")
+    model, tokenizer = load_model(model_dir, settings.dtype)
     check_databases(questions, db_dir)
     system_prompt = None
     if settings.shots:
         examples = few_shot_examples(few_shot_pool, settings.shots, db_dir=db_dir, env_config=env_config,
                                      seed=settings.few_shot_seed)  # fmt: skip
         system_prompt = few_shot_system_prompt(settings.shots, examples)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, settings.dtype))
     records = run_episodes(
         model, tokenizer, questions, db_dir=db_dir, env_config=env_config, gen=settings.gen,
         system_prompt=system_prompt, batch_size=settings.batch_size, max_total_tokens=settings.max_total_tokens,
@@ -135,10 +140,12 @@ def result_document(
     *,
     model: dict[str, Any],
     settings: dict[str, Any] | None,
-    env_config: EnvConfig,
+    env_config: EnvConfig | None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """The `metrics.json` of one result: who played what, how, and the metrics (`episode_metrics`)."""
+    """The `metrics.json` of one result: who played what, how, and the metrics (`episode_metrics`).
+
+    `env_config` None: the result was not played in the environment (the text-to-SQL protocol)."""
     return {
         "policy": name,
         "set": set_name,
@@ -147,8 +154,8 @@ def result_document(
         "model": model,
         "verifier_version": VERIFIER_VERSION,
         "settings": settings,  # EvalSettings.describe() of the run that played the episodes; None: no model
-        "env": {k: v for k, v in dataclasses.asdict(env_config).items() if k != "rewards"},
-        "reward_mode": env_config.rewards.mode,
+        "env": None if env_config is None else {k: v for k, v in dataclasses.asdict(env_config).items() if k != "rewards"},
+        "reward_mode": None if env_config is None else env_config.rewards.mode,
         **extra,
         "metrics": episode_metrics(records),
     }
