@@ -19,51 +19,50 @@ from pathlib import Path
 from typing import Any
 
 
-def cpu_model() -> str:
-    """The CPU's model name as /proc/cpuinfo (Linux) gives it, else what platform knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def physical_cores() -> int | None:
-    """Distinct (physical id, core id) pairs in /proc/cpuinfo; None where it does not list them."""
+def _cpuinfo() -> list[tuple[str, str]]:
+    """(key, value) lines of /proc/cpuinfo, keys lower-cased; empty where there is none (not Linux)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return None
+        return []
+    return [(k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines())]
+
+
+def cpu_model(cpuinfo: list[tuple[str, str]]) -> str:
+    """The CPU's model name as /proc/cpuinfo gives it, else what platform knows."""
+    return next((v for k, v in cpuinfo if k == "model name"), None) or platform.processor() or platform.machine()
+
+
+def physical_cores(cpuinfo: list[tuple[str, str]]) -> int | None:
+    """Distinct (physical id, core id) pairs in /proc/cpuinfo; None where it does not list them."""
     cores, phys = set(), "0"
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip().lower()
+    for key, value in cpuinfo:
         if key == "physical id":
-            phys = value.strip()
+            phys = value
         elif key == "core id":
-            cores.add((phys, value.strip()))
+            cores.add((phys, value))
     return len(cores) or None
 
 
-def _threads() -> dict[str, str]:
-    out = {var: os.environ[var] for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if var in os.environ}
+def threads() -> dict[str, str]:
+    """Thread settings as tags: OMP/MKL variables when set, and torch's thread count once torch is imported."""
+    out = {f"system/{var}": os.environ[var] for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if var in os.environ}
     torch = sys.modules.get("torch")  # never imported just to ask
     if torch is not None:
-        out["torch_threads"] = str(torch.get_num_threads())
+        out["system/torch_threads"] = str(torch.get_num_threads())
     return out
 
 
 def facts() -> dict[str, str]:
     """Tags for a stage run: CPU model, logical CPUs, physical cores, CPUs this process may use, threads."""
+    cpuinfo = _cpuinfo()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
-        "system/cpu_model": cpu_model(),
+        "system/cpu_model": cpu_model(cpuinfo),
         "system/logical_cpus": str(os.cpu_count()),
-        "system/physical_cores": str(physical_cores()),
+        "system/physical_cores": str(physical_cores(cpuinfo)),
         "system/usable_cpus": str(usable),
-        **{f"system/{k}": v for k, v in _threads().items()},
+        **threads(),
     }
 
 

@@ -155,15 +155,14 @@ def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -
 
 
 def _log_end(run_id: str) -> None:
-    """Peak memory, the load at the end and torch's thread count (torch is imported by then), logged into
+    """Peak memory, the load at the end and the thread settings (torch is imported by then), logged into
     the run by id: a trainer's MLflow callback may have ended the active run already."""
     now = int(time.time() * 1000)
     end = {**machine.load("end"), **machine.peak_rss_mb()}
-    threads = {k: v for k, v in machine.facts().items() if k == "system/torch_threads"}
     mlflow.MlflowClient().log_batch(
         run_id,
         metrics=[Metric(k, float(v), now, 0) for k, v in end.items()],
-        tags=[RunTag(k, v) for k, v in threads.items()],
+        tags=[RunTag(k, v) for k, v in machine.threads().items()],
     )
 
 
