@@ -3,6 +3,8 @@
     sqlenv eval --model models/sft --data ../shared/spider --n 200
     sqlenv eval --model DIR --questions data/questions/n200.jsonl --db-dir data/databases --name sft_n200
     sqlenv eval --model models/base --data ../shared/spider --protocol text_to_sql   # base_sql: full schema, EX
+    sqlenv eval --model models/base --data ../shared/spider --protocol text_to_sql --shots 3   # few-shot base_sql
+    sqlenv eval --model models/sft --questions data/questions/n200.jsonl --db-dir data/databases --schema full --metric ex
 
 `eval` is lm-eval-harness style: any model folder (or a Hub id, downloaded by `huggingface_hub`) on any
 question set — a Spider-format folder (its questions file through the same loader and oracle gate as
@@ -13,9 +15,14 @@ hardness-stratified subset by stable hash. It plays and scores exactly as the `e
 (`sqlenv.eval.harness.play`, `result_document`, `pipeline.results.write_result`) and writes the same
 `metrics.json` + `samples.jsonl` to `--out` (default `eval/<name>/`). With a tracking URI
 (`--tracking-uri` or `$MLFLOW_TRACKING_URI`) the run is also logged to MLflow (experiment `sqlenv-eval`).
+The agent plays in the environment mode given: `--schema hidden|full` (what its first message shows) and
+`--metric value|ex` (value: `answer(value)` judged by the value verifier; ex: `answer(sql)`, the final SQL
+scored by execution accuracy, with the value verifier's reading of the same rows as `value_accuracy`) —
+the mode a model was trained in (`env.schema`, `env.answer`) is the one to evaluate it in.
 `--protocol text_to_sql` plays the classic single-turn protocol instead of the agent
 (`sqlenv.eval.text_to_sql`: full schema in the prompt, one reply, its SQL scored by execution accuracy;
-with `--data`, every question whose gold SQL runs, as published Spider numbers count them).
+with `--data`, every question whose gold SQL runs, as published Spider numbers count them; `--shots k`
+puts k worked examples from other databases of the set before each question).
 It lives here, not in `sqlenv/`, because the domain library never imports MLflow.
 """
 
@@ -45,6 +52,11 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol", choices=("agent", "text_to_sql"), default="agent",
                    help="agent: the multi-turn tool episode, value answers (default); text_to_sql: full schema, "
                    "one reply, its SQL scored by execution accuracy (EX)")
+    p.add_argument("--schema", choices=("hidden", "full"), default="hidden",
+                   help="agent: table names only (default) or the full schema in the first message")
+    p.add_argument("--metric", choices=("value", "ex"), default="value",
+                   help="agent: value answers and the value verifier (default), or SQL answers scored by EX")
+    p.add_argument("--shots", type=int, default=0, help="text_to_sql: worked examples from other databases (default 0)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="reply budget of text_to_sql (default 256)")
     p.add_argument("--n", type=int, default=0, help="evaluate a hardness-stratified subset of this size (0: all)")
     p.add_argument("--name", help="name of the result (default <model folder>_<data name>)")
@@ -121,14 +133,21 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     if args.n and args.n < pool:
         questions = stratified_sample(questions, args.n, args.seed)
     model_dir = _model_dir(args.model)
-    name = args.name or f"{model_dir.resolve().name}_{data_name}" + ("_sql" if args.protocol == "text_to_sql" else "")
+    if args.protocol == "text_to_sql":
+        suffix = "_sql" + (f"_{args.shots}shot" if args.shots else "")
+    else:
+        suffix = ("_full" if args.schema == "full" else "") + ("_ex" if args.metric == "ex" else "")
+        if args.shots:
+            raise UsageError("--shots is for --protocol text_to_sql (the agent's few-shot policies are the evaluate stage's)")
+    name = args.name or f"{model_dir.resolve().name}_{data_name}{suffix}"
     out_dir = Path(args.out) if args.out else Path("eval") / name
     data = {"data": args.data, "questions_file": args.questions_file if args.data else args.questions,
             "db_dir": str(db_dir), "pool": pool, "dropped": drops, "subset_seed": args.seed if args.n else None}  # fmt: skip
     if args.protocol == "text_to_sql":
         return _run_text_to_sql(args, out, questions, db_dir, data_name, data, model_dir, name, out_dir)
     try:
-        env = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, rewards=RewardConfig(mode="binary"))
+        env = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, schema=args.schema,
+                        answer="sql" if args.metric == "ex" else "value", rewards=RewardConfig(mode="binary"))  # fmt: skip
         settings = EvalSettings(max_total_tokens=args.max_total_tokens, batch_size=args.batch_size,
                                 gen=GenerationSettings(seed=args.seed), parser=args.parser, dtype=args.dtype)  # fmt: skip
     except ValueError as exc:
@@ -143,8 +162,10 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     if args.tracking_uri:
         _log_to_mlflow(args, name, out_dir, records, document)
     m = document["metrics"]
-    summary = {"name": name, "n": m["n"], "accuracy": m["accuracy"], "accuracy_low": m["accuracy_low"],
-               "accuracy_high": m["accuracy_high"], "parse_rate": m["parse_rate"],
+    summary = {"name": name, "mode": env.mode, "metric": args.metric, "n": m["n"], "accuracy": m["accuracy"],
+               "accuracy_low": m["accuracy_low"], "accuracy_high": m["accuracy_high"],
+               **{k: m[k] for k in ("value_accuracy", "value_accuracy_low", "value_accuracy_high") if k in m},
+               "parse_rate": m["parse_rate"],
                "lenient_parse_rate": m["lenient_parse_rate"], "wall_time_s": round(wall, 1), "out": str(out_dir)}  # fmt: skip
     out.write(json.dumps(summary) + "\n")
     return domain_cli.EXIT_OK
@@ -156,16 +177,23 @@ def _run_text_to_sql(args, out, questions, db_dir, data_name, data, model_dir, n
     from sqlenv.eval.text_to_sql import play_text_to_sql, text_to_sql_metrics
     from sqlenv.provenance import chat_template_kwargs, model_fingerprint
 
-    if args.max_new_tokens < 1 or args.batch_size < 1:
-        raise UsageError("--max-new-tokens and --batch-size must be >= 1")
+    if args.max_new_tokens < 1 or args.batch_size < 1 or args.shots < 0:
+        raise UsageError("--max-new-tokens and --batch-size must be >= 1, --shots >= 0")
+    if args.schema != "hidden" or args.metric != "value":
+        raise UsageError("--schema and --metric are the agent's: text_to_sql always shows the full schema and scores EX")
     model, tokenizer = load_model(model_dir, args.dtype)
     start = time.perf_counter()
-    records = play_text_to_sql(model, tokenizer, questions, db_dir=db_dir, max_new_tokens=args.max_new_tokens,
-                               batch_size=args.batch_size, sql_timeout_s=args.timeout,
-                               chat_template_kwargs=chat_template_kwargs(model_dir), progress=not args.no_progress)  # fmt: skip
+    try:
+        records = play_text_to_sql(model, tokenizer, questions, db_dir=db_dir, max_new_tokens=args.max_new_tokens,
+                                   batch_size=args.batch_size, sql_timeout_s=args.timeout,
+                                   chat_template_kwargs=chat_template_kwargs(model_dir), progress=not args.no_progress,
+                                   shots=args.shots, seed=args.seed)  # fmt: skip
+    except ValueError as exc:  # too few examples on other databases
+        raise UsageError(str(exc)) from exc
     wall = time.perf_counter() - start
     settings = {"protocol": "text_to_sql", "metric": "ex", "max_new_tokens": args.max_new_tokens, "batch_size":
-                args.batch_size, "decoding": "greedy", "dtype": args.dtype, "schema": "full", "sql_timeout_s": args.timeout}  # fmt: skip
+                args.batch_size, "decoding": "greedy", "dtype": args.dtype, "schema": "full", "sql_timeout_s": args.timeout,
+                "shots": args.shots, "few_shot_seed": args.seed if args.shots else None}  # fmt: skip
     document = result_document(name, data_name, records, model={"path": str(model_dir),
                                "fingerprint": model_fingerprint(model_dir)}, settings=settings, env_config=None,
                                data=data, wall_time_s=round(wall, 1))  # fmt: skip
@@ -189,7 +217,9 @@ def _log_to_mlflow(args, name, out_dir, records, document) -> None:
 
     mlflow.set_tracking_uri(args.tracking_uri)
     mlflow.set_experiment(EVAL_EXPERIMENT)
-    with mlflow.start_run(run_name=name, tags={"stage": "eval", "model": args.model, "data": document["set"]}):
+    env = document["env"] or {}
+    mode = {"env_schema": env.get("schema"), "env_answer": env.get("answer")} if env else {"protocol": "text_to_sql"}
+    with mlflow.start_run(run_name=name, tags={"stage": "eval", "model": args.model, "data": document["set"], **mode}):
         mlflow.log_params(flatten({"model": document["model"], "settings": document["settings"],
                                    "data": document["data"], "env": document["env"]}))  # fmt: skip
         log_result(out_dir, records, document)

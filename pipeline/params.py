@@ -41,9 +41,10 @@ class DataParams:
     source: Literal["synthetic", "spider"]
     spider_dir: str
     spider_questions: str
+    spider_train_questions: list[str]
     databases: list[str]
     difficulties: list[str]
-    split: Literal["by_domain", "by_database", "by_question"]
+    split: Literal["by_domain", "by_database", "by_question", "by_file"]
     eval_fraction: float
     n50: int
     n200: int
@@ -77,6 +78,8 @@ class EnvParams:
     max_rows_shown: int
     max_chars_shown: int
     sample_rows: int
+    schema: Literal["hidden", "full"]
+    answer: Literal["value", "sql"]
 
 
 @dataclass(frozen=True)

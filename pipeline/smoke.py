@@ -6,8 +6,10 @@ Copies the repository's files (tracked and untracked-but-not-ignored: no venv, d
 models) into a temporary folder, builds a tiny random Qwen2 model with the real tokenizer
 there, writes params.yaml = the repo's params.yaml + the overrides in params-smoke.yaml
 (+ model.base = the tiny model), makes it a git repo, and runs `dvc repro`. Then it checks
-the report exists, that a second `dvc repro` has nothing to do, and that a sweep
-(`dvc exp run -S grpo_phase1.beta=…`) reruns only stages downstream of GRPO. It proves the DAG
+the report exists, that a second `dvc repro` has nothing to do, that a sweep
+(`dvc exp run -S grpo_phase1.beta=…`) reruns only stages downstream of GRPO, and that the other
+environment mode (`-S env.schema=full -S env.answer=sql`: the full schema shown, SQL answers scored
+by execution accuracy) goes through everything after `prepare` and reports in that mode. It proves the DAG
 wires up — every stage runs its real code path end to end — not that anything learns.
 """
 
@@ -91,9 +93,17 @@ def run_smoke(workdir: Path) -> dict:
     upstream = [s for s in swept if not (s.startswith(("grpo_", "evaluate@grpo_")) or s == "report")]
     if "grpo_phase1" not in swept or upstream:
         raise SystemExit(f"smoke: a grpo_phase1.beta sweep should rerun GRPO and what follows only; it ran {swept}")
+    modes_s, modes_log = _run(["dvc", "exp", "run", "-S", "env.schema=full", "-S", "env.answer=sql"], workdir, env)
+    moded = _stages_run(modes_log)
+    expected = {"sft_data", "sft", "grpo_phase1", "grpo_phase2", "report", "evaluate@sft_n50"}
+    if not expected <= set(moded) or "prepare" in moded or "prepare_model" in moded:
+        raise SystemExit(f"smoke: an env.schema/env.answer run should rerun everything after prepare; it ran {moded}")
+    if "| Environment mode | schema=full answer=sql |" not in report.read_text():
+        raise SystemExit("smoke: the full-schema, SQL-answer run's report does not state its mode")
     return {
         "repro_s": round(repro_s, 1), "noop_repro_s": round(noop_s, 1), "stages_run": _stages_run(log),
-        "sweep_s": round(sweep_s, 1), "sweep_stages_run": swept,
+        "sweep_s": round(sweep_s, 1), "sweep_stages_run": swept, "modes_s": round(modes_s, 1),
+        "modes_stages_run": moded,
     }
 
 

@@ -7,7 +7,9 @@ created (and lost) inside that copy, so the root comes from DVC_ROOT, which DVC 
 at the real workspace. Artifacts go to `mlartifacts/` beside the store for the same reason.
 
 Tags on every run: `stage`, `git_commit` (+ `git_dirty`), `dvc_exp_name`,
-`dvc_exp_baseline_rev`, `params_hash` (of exactly the params the stage read), and the machine
+`dvc_exp_baseline_rev`, `params_hash` (of exactly the params the stage read), `env_schema` and
+`env_answer` (the environment mode, on every stage that reads it: results of two modes are never
+comparable), and the machine
 (`system/cpu_model`, CPUs, threads: `pipeline.machine`). Metrics on every run: the load average at
 start and end and the peak RSS (`system/...`), so a timing says whether it was contended.
 
@@ -116,7 +118,9 @@ def _parent_run_id(experiment_id: str) -> str:
 
 def run_tags(stage: str, params: dict[str, Any]) -> dict[str, str]:
     sha, dirty = git_commit()
+    env = params.get("env") if isinstance(params.get("env"), dict) else {}
     return {
+        **{f"env_{key}": str(env[key]) for key in ("schema", "answer") if key in env},
         "stage": stage,
         "git_commit": sha,
         "git_dirty": str(dirty).lower(),

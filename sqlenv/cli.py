@@ -204,10 +204,12 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
 
 
 # ------------------------------------------------------------------------------- play
-def parse_command(line: str) -> tuple[str, Any] | None:
-    """A typed line as a tool call: `describe singer`, `query SELECT ...`, `answer 42`, or
-    JSON `{"name": ..., "arguments": {...}}`. None when the line is JSON that doesn't parse."""
-    from sqlenv.env.environment import TOOL_PARAMS
+def parse_command(line: str, answer_mode: str = "value") -> tuple[str, Any] | None:
+    """A typed line as a tool call: `describe singer`, `query SELECT ...`, `answer 42` (with answer mode sql:
+    `answer SELECT ...`), or JSON `{"name": ..., "arguments": {...}}`. None when the line is JSON that doesn't parse."""
+    from sqlenv.env.environment import tool_params
+
+    params = tool_params(answer_mode)
 
     text = line.strip()
     if text.startswith("{"):
@@ -220,8 +222,8 @@ def parse_command(line: str) -> tuple[str, Any] | None:
         return str(call.get("name", "")), call.get("arguments", {})
     word, _, rest = text.partition(" ")
     rest = rest.strip()
-    if word in TOOL_PARAMS and rest:
-        return word, {TOOL_PARAMS[word][0]: rest}
+    if word in params and rest:
+        return word, {params[word][0]: rest}
     return word, {}
 
 
@@ -237,12 +239,12 @@ def _cmd_play(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
         except (ValueError, IndexError):
             raise UsageError(f"no question {args.question!r} (give an id or an index below {len(questions)})")
     question = chosen[0]
-    env = SQLEnv(db_dir, EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout))
-    env.reset(question)
-    system, user = prompts.initial_messages(question, env.tables)
+    env = SQLEnv(db_dir, EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, schema=args.schema,
+                                   answer=args.answer))  # fmt: skip
+    system, user = prompts.initial_messages(question, env.reset(question), env.config.system_prompt)
     out.write(f"=== system ===\n{system['content']}\n\n=== user ===\n{user['content']}\n")
-    out.write("(type: describe TABLE | sample TABLE | query SQL | answer VALUE | JSON {\"name\":..., "
-              "\"arguments\":{...}} | quit)\n")
+    out.write(f"(type: describe TABLE | sample TABLE | query SQL | answer {args.answer.upper()} | JSON "
+              "{\"name\":..., \"arguments\":{...}} | quit)\n")
     interactive = inp.isatty()
     while not env.done:
         if interactive:
@@ -253,7 +255,7 @@ def _cmd_play(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
             break
         if not line.strip():
             continue
-        call = parse_command(line)
+        call = parse_command(line, args.answer)
         if call is None:
             out.write("(not a valid JSON call; nothing was sent)\n")
             continue
@@ -296,6 +298,8 @@ def _parser(extra: Mapping[str, Command] = {}) -> argparse.ArgumentParser:
     p = sub.add_parser("play", help="play one episode at the terminal, seeing what the model sees")
     _add_source_args(p)
     p.add_argument("--question", required=True, help="question id, or its index in the loaded list")
+    p.add_argument("--schema", choices=("hidden", "full"), default="hidden", help="what the first message shows")
+    p.add_argument("--answer", choices=("value", "sql"), default="value", help="what answer takes (sql: scored by EX)")
     p.add_argument("--step-budget", type=int, default=15, help="tool calls allowed (default 15)")
     p.add_argument("--timeout", type=float, default=2.0, help="per-statement limit in seconds (default 2)")
     return parser

@@ -164,6 +164,8 @@ class EpisodeRecord:
     episode ran, `parse_failures` those that were not a valid call (unknown tool, arguments that don't
     fit), `budget_exhausted` whether the step budget was used up; `turns`, `strict_call_turns`,
     `lenient_call_turns` and `end_reason` are filled by model rollouts (`sqlenv.eval.rollout`).
+    `value_correct` is set in the sql answer mode only: whether the value verifier accepts the submitted
+    SQL's rows (`correct` is then execution accuracy); None in the value mode.
     """
 
     question_id: str
@@ -185,6 +187,7 @@ class EpisodeRecord:
     strict_call_turns: int = 0
     lenient_call_turns: int = 0
     end_reason: str = ""
+    value_correct: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

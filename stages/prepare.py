@@ -20,7 +20,7 @@ from pipeline.params import load_params, section_dict
 from pipeline.stage import run_stage
 from pipeline.tracking import log_metrics, stage_run
 from sqlenv.data.questions import build_questions, questions_summary
-from sqlenv.data.splits import split_questions
+from sqlenv.data.splits import split_by_file, split_questions
 
 STAGE = "prepare"
 log = logging.getLogger(STAGE)
@@ -30,6 +30,9 @@ def main() -> None:
     params = load_params()
     read = section_dict(params, "seed", "data", "world")
     read["env"] = {"sql_timeout_s": params.env.sql_timeout_s}
+    by_file = params.data.split == "by_file"
+    if by_file and not (params.data.source == "spider" and params.data.spider_train_questions):
+        raise ValueError("data.split: by_file needs data.source: spider and data.spider_train_questions (Spider's protocol)")
     with stage_run(STAGE, read):
         with atomic_dir(paths.DATABASES) as db_tmp, atomic_dir(paths.QUESTIONS) as q_tmp:
             built = build_questions(
@@ -38,6 +41,7 @@ def main() -> None:
                 source=params.data.source,
                 spider_dir=params.data.spider_dir,
                 spider_questions=params.data.spider_questions,
+                spider_train_questions=params.data.spider_train_questions if by_file else (),
                 databases=params.data.databases,
                 difficulties=params.data.difficulties,
                 domains=params.world.domains,
@@ -45,14 +49,18 @@ def main() -> None:
                 questions_per_db=params.world.questions_per_db,
                 sql_timeout_s=params.env.sql_timeout_s,
             )
-            split = split_questions(
-                built.questions,
-                seed=params.seed,
-                mode=params.data.split,
-                eval_fraction=params.data.eval_fraction,
-                n50=params.data.n50,
-                n200=params.data.n200,
-            )
+            if by_file:  # Spider's protocol: training files -> train, the questions file -> evaluation
+                split = split_by_file(built.train_questions, built.questions, seed=params.seed,
+                                      n50=params.data.n50, n200=params.data.n200)  # fmt: skip
+            else:
+                split = split_questions(
+                    built.questions,
+                    seed=params.seed,
+                    mode=params.data.split,
+                    eval_fraction=params.data.eval_fraction,
+                    n50=params.data.n50,
+                    n200=params.data.n200,
+                )
             sets = {"train": split.train, "n50": split.n50, "n200": split.n200}
             for name, qs in sets.items():
                 atomic_write_jsonl(q_tmp / f"{name}.jsonl", [q.to_dict() for q in qs])

@@ -1,6 +1,7 @@
 """DVC stage `report`: the evaluation matrix, paired comparisons, curves and transcripts as one report.
 
-    python -m stages.report   (params: data.source, model.base — in the header; grpo_phase{1,2}.max_completion_length)
+    python -m stages.report   (params: data.source, model.base, env.schema, env.answer — in the header and the
+                               live-mode check; grpo_phase{1,2}.max_completion_length)
 
 Reads reports/eval/<policy>_<set>/{metrics.json,samples.jsonl}, reports/sft/loss.csv and
 reports/grpo_phase{1,2}/curve.csv — whichever exist; the report says what is missing. A result
@@ -66,8 +67,9 @@ def headline_metrics(inputs) -> dict[str, float]:
     return out
 
 
-def live_state() -> Live:
-    """Each policy's live model fingerprint (policies whose model folder is missing are absent) and set ids."""
+def live_state(mode: str) -> Live:
+    """Each policy's live model fingerprint (policies whose model folder is missing are absent), set ids and the
+    environment mode (`schema=… answer=…`)."""
     fingerprints: dict[str, str | None] = {}
     for name, policy in POLICIES.items():
         if policy.model is None:
@@ -76,7 +78,7 @@ def live_state() -> Live:
             fingerprints[name] = model_fingerprint(paths.MODELS / policy.model)
     sets = {s: [q.id for q in load_questions_file(paths.questions_file(s))] for s in SETS
             if paths.questions_file(s).is_file()}  # fmt: skip
-    return Live(fingerprints, sets)
+    return Live(fingerprints, sets, mode)
 
 
 def main() -> None:
@@ -84,9 +86,11 @@ def main() -> None:
     training = {"grpo_phase1": params.grpo_phase1.max_completion_length,
                 "grpo_phase2": params.grpo_phase2.max_completion_length}  # fmt: skip
     read = {"data": {"source": params.data.source}, "model": {"base": params.model.base},
+            "env": {"schema": params.env.schema, "answer": params.env.answer},
             **{stage: {"max_completion_length": n} for stage, n in training.items()}}  # fmt: skip
+    mode = f"schema={params.env.schema} answer={params.env.answer}"
     with stage_run(STAGE, read):
-        inputs = load_inputs(EVAL_DIR, CURVE_FILES, live_state())
+        inputs = load_inputs(EVAL_DIR, CURVE_FILES, live_state(mode))
         sha, dirty = git_commit()
         header = {
             "Date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -94,6 +98,7 @@ def main() -> None:
             "Git commit": f"{sha}{' (uncommitted changes)' if dirty else ''}",
             "Data source": params.data.source,
             "Model base": params.model.base,
+            "Environment mode": mode,
         }
         with atomic_dir(PLOTS_DIR) as tmp:  # rendered inside: a failure before report.md keeps the old plots too
             drawn = write_plots(inputs, tmp)

@@ -52,6 +52,7 @@ def main() -> None:
     params = load_params()
     read = section_dict(params, "seed", "sft")
     read["model"] = {"dtype": params.model.dtype}
+    read["env"] = {"schema": params.env.schema, "answer": params.env.answer}  # the mode of its data: run tags
     with stage_run(STAGE, read) as run:
         t0 = time.monotonic()
         if not (BASE / "config.json").is_file():

@@ -87,6 +87,8 @@ def test_spider_folder_through_the_loader_and_oracle_gate(tiny, spider_dir, tmp_
         ("unknown db_id", "no database for db_id(s) ['nowhere']"),
         ("malformed line", "questions.jsonl:2: not valid JSON"),
         ("no source", "give --data DIR"),
+        ("agent shots", "--shots is for --protocol text_to_sql"),
+        ("text_to_sql schema", "--schema and --metric are the agent's"),
     ],
 )
 def test_bad_input_is_a_clear_error(tiny, questions_file, concert_db_dir, tmp_path, capsys, case, needle):  # noqa: F811
@@ -100,6 +102,23 @@ def test_bad_input_is_a_clear_error(tiny, questions_file, concert_db_dir, tmp_pa
     elif case == "malformed line":
         qfile.write_text(json.dumps(QUESTIONS[0].to_dict()) + "\n{not json\n")
     source = [] if case == "no source" else ["--questions", str(qfile), "--db-dir", str(concert_db_dir)]
+    source += {"agent shots": ["--shots", "2"], "text_to_sql schema": ["--protocol", "text_to_sql", "--metric", "ex"]
+               }.get(case, [])  # fmt: skip
     code, out, err = run(["--model", model, *source, "--out", str(tmp_path / "bad")], capsys)
     assert code == 2 and needle in err and out == ""
     assert not (tmp_path / "bad").exists()  # nothing half-written
+
+
+def test_full_schema_and_ex_metric_play_the_agent_in_that_mode(tiny, questions_file, concert_db_dir, tmp_path, capsys):  # noqa: F811
+    code, out, err = run(["--model", str(tiny), "--questions", str(questions_file), "--db-dir", str(concert_db_dir),
+                          "--schema", "full", "--metric", "ex", "--out", str(tmp_path / "full_ex")], capsys)  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["name"] == f"{tiny.name}_questions_full_ex" and summary["mode"] == "schema=full answer=sql"
+    assert summary["metric"] == "ex" and "value_accuracy" in summary
+    doc = json.loads((Path(summary["out"]) / "metrics.json").read_text())
+    assert (doc["env"]["schema"], doc["env"]["answer"]) == ("full", "sql")
+    assert {"value_accuracy", "value_accuracy_low", "value_accuracy_high"} <= set(doc["metrics"])
+    samples = [json.loads(x) for x in (Path(summary["out"]) / "samples.jsonl").read_text().splitlines()]
+    assert all("Database schema:\nCREATE TABLE" in s["messages"][1]["content"] for s in samples)
+    assert all("answer(sql)" in s["messages"][0]["content"] for s in samples)

@@ -16,7 +16,7 @@ from sqlenv.env.environment import EnvConfig
 from sqlenv.env.rewards import COMPONENTS
 from sqlenv.env.trl_adapter import SQLAgentEnv
 from sqlenv.train.grpo import (
-    ENV_REWARD_NAME,
+    ENV_REWARD_NAMES,
     EPISODE_METRICS,
     PhaseSettings,
     build_trainer,
@@ -340,7 +340,7 @@ def scripted_run(tmp_path_factory, concert_db_dir):
 
 def test_trl_appends_env_reward_with_weight_one_after_zero_weight_components(scripted_run):
     trainer = scripted_run["trainer"]
-    assert trainer.reward_func_names == [*COMPONENTS, ENV_REWARD_NAME]
+    assert trainer.reward_func_names == [*COMPONENTS, ENV_REWARD_NAMES[0]]
     assert trainer.reward_weights.tolist() == [0.0] * len(COMPONENTS) + [1.0]
 
 
@@ -348,7 +348,7 @@ def test_components_are_logged_and_do_not_move_the_advantage(scripted_run):
     for step in scripted_run["steps"]:
         rewards, n = step["rewards"], len(step["advantages"])
         assert n == 3  # one question x 3 generations, one group
-        env = rewards[ENV_REWARD_NAME]
+        env = rewards[ENV_REWARD_NAMES[0]]
         for i in range(n):
             assert sum(rewards[c][i] for c in COMPONENTS) == pytest.approx(env[i], abs=1e-6)
         assert rewards["correctness"] == [1.0, 0.0, 0.0]

@@ -45,7 +45,7 @@ def test_transcript_layout_matches_trl(concert_db_dir):
     calls = oracle_calls(Q_COUNT, env.sandbox_for("concert"), sample=True)
     record = play(env, Q_COUNT, calls)
     msgs = record.messages
-    assert msgs[:2] == prompts.initial_messages(Q_COUNT, env.tables)
+    assert msgs[:2] == prompts.initial_messages(Q_COUNT, prompts.tables_observation(env.tables))
     body, final = msgs[2:-1], msgs[-1]
     assert len(body) == 2 * len(calls)
     for (tool, args), assistant, tool_msg in zip(calls, body[0::2], body[1::2]):

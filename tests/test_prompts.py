@@ -25,7 +25,7 @@ def test_system_prompt_names_tools_and_stopping_rule():
 def test_initial_messages_equal_trl_concatenation():
     # TRL appends reset()'s return to the dataset's last user message with no separator.
     tables = ["concert", "singer"]
-    system, user = prompts.initial_messages(Q, tables)
+    system, user = prompts.initial_messages(Q, prompts.tables_observation(tables))
     assert system == {"role": "system", "content": prompts.SYSTEM_PROMPT}
     assert user["content"] == prompts.user_message(Q)["content"] + prompts.tables_observation(tables)
     assert user["content"] == "How many singers?\n\nTables in the database: concert, singer."
@@ -107,7 +107,7 @@ def test_messages_for_template_decodes_arguments_without_touching_input():
 def test_qwen_template_renders_tool_calls_as_the_model_emits_them():
     # The model emits `"arguments": {...}`; rendering stored JSON strings directly would quote them.
     messages = [
-        *prompts.initial_messages(Q, ["singer"]),
+        *prompts.initial_messages(Q, prompts.tables_observation(["singer"])),
         prompts.assistant_tool_calls([("query", {"sql": "SELECT count(*) FROM singer"})]),
         prompts.tool_message("query", "count(*)\n5\n(1 row)"),
         prompts.final_message(),

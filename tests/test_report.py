@@ -82,13 +82,16 @@ def write_questions(root: Path, set_name: str, n: int) -> None:
     (folder / f"{set_name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def write_eval(root: Path, policy: str, set_name: str, n: int, correct: set, samples=True, fingerprint="live"):
+def write_eval(root: Path, policy: str, set_name: str, n: int, correct: set, samples=True, fingerprint="live",
+               env=None):
     folder = root / "reports/eval" / f"{policy}_{set_name}"
     folder.mkdir(parents=True)
     records = [episode(policy, i, i in correct) for i in range(n)]
     fingerprint = live_model(root, policy) if fingerprint == "live" else fingerprint
     info = {"policy": policy, "set": set_name, "n": n, "model": {"path": f"models/{policy}", "fingerprint": fingerprint},
             "verifier_version": "v3", "generation": {"do_sample": False}, "seed": 0, "git_commit": "c0ffee" * 6}  # fmt: skip
+    if env is not None:
+        info["env"] = env
     (folder / "metrics.json").write_text(json.dumps({**info, "metrics": episode_metrics(records)}))
     if samples:
         (folder / "samples.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
@@ -290,7 +293,7 @@ def live_of(root: Path):
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        return live_state()
+        return live_state("schema=hidden answer=value")
     finally:
         os.chdir(cwd)
 
@@ -311,6 +314,22 @@ def test_results_of_another_model_or_question_set_are_stale_and_left_out(tmp_pat
     assert "Stale, left out: `grpo_phase2_n50`" in text and old.is_dir()
     unchecked = load_inputs(tmp_path / "reports/eval", curve_files(tmp_path))  # without live: all taken
     assert ("grpo_phase2", "n50") in {(r.policy, r.set) for r in unchecked.results}
+
+
+def test_results_of_another_environment_mode_are_stale_and_never_paired(tmp_path):
+    write_fixture(tmp_path)
+    full = {"step_budget": 15, "schema": "full", "answer": "sql"}
+    write_eval(tmp_path, "sft", "n200", 40, set(range(30)), env=full)  # played with the full schema, EX
+    inputs = load_inputs(tmp_path / "reports/eval", curve_files(tmp_path), live_of(tmp_path))
+    assert ("sft", "n200") not in {(r.policy, r.set) for r in inputs.results}
+    assert any("`sft_n200`: played in mode schema=full answer=sql, not the live schema=hidden answer=value" in s
+               for s in inputs.stale)
+    unchecked = load_inputs(tmp_path / "reports/eval", curve_files(tmp_path))  # without live: both modes loaded
+    pairs = comparisons_table(unchecked.results)
+    n200 = pairs[pairs["set"] == "n200"]
+    assert not n200.empty and "sft" not in set(n200["a"]) | set(n200["b"])  # the EX result pairs with nothing
+    text = render_report(inputs, {}, {})
+    assert "## Accuracy and behaviour by policy (schema hidden (table names only), value answers, accuracy by the value verifier)" in text
 
 
 def run_report_stage(workdir: Path):

@@ -13,7 +13,7 @@ from fixtures_env import Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir  #
 from sqlenv.data.oracle import oracle_calls, play
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig, SQLEnv
-from sqlenv.env.trl_adapter import SQLAgentEnv, tool_methods
+from sqlenv.env.trl_adapter import SQLAgentEnv, agent_env_class, tool_methods
 from sqlenv.eval.decode import GenerationSettings, ModelGenerator
 from sqlenv.eval.rollout import (
     Episode,
@@ -214,8 +214,8 @@ def _trl_rollout(tokenizer, question, db_dir, script, *, iterations, max_complet
     from trl.chat_template_utils import add_response_schema, parse_response
 
     add_response_schema(tokenizer)
-    env = SQLAgentEnv(db_dir=db_dir, config=config)
-    prompt = [{"role": "system", "content": prompts.SYSTEM_PROMPT}, prompts.user_message(question)]
+    env = agent_env_class(config)(db_dir=db_dir, config=config)
+    prompt = [{"role": "system", "content": config.system_prompt}, prompts.user_message(question)]
     prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + env.reset(**question.to_dict())}
     fake = _fake_trainer(tokenizer, env, max_completion_length, list(script[1:]))
     fake.max_tool_calling_iterations = iterations
@@ -289,6 +289,35 @@ def test_evaluator_ends_episodes_as_the_trl_rollout_does(tokenizer, concert_db_d
     assert trl_ids[: len(ours)] == ours
     trl_turns = sum(m["role"] == "assistant" for m in trl_messages)
     assert len(gen.completions[0]) == trl_turns - (record.end_reason == "turn budget")
+
+
+SQL_ANSWER = ("answer", {"sql": "SELECT count(*) FROM singer"})
+MODE_SCRIPTS = {  # (schema, answer): the turns of one episode
+    ("full", "sql"): [turn_text(GOLD_COUNT), turn_text(SQL_ANSWER), "Submitted.<|im_end|>"],
+    ("full", "value"): [turn_text(GOLD_COUNT), turn_text(RIGHT_COUNT), turn_text(DESCRIBE), "Done.<|im_end|>"],
+    ("hidden", "sql"): [turn_text(DESCRIBE), turn_text(("answer", {"sql": "SELECT count(*) FROM concert"})),
+                        "Submitted.<|im_end|>"],
+}
+
+
+@pytest.mark.parametrize("mode", list(MODE_SCRIPTS))
+def test_evaluator_matches_the_trl_rollout_in_every_environment_mode(tokenizer, concert_db_dir, mode):
+    """Full schema in the first message and SQL answers: TRL's tool loop over the mode's adapter and the evaluator
+    see the same prompt tokens, calls, results, reward and verdict."""
+    config = EnvConfig(schema=mode[0], answer=mode[1])
+    script = MODE_SCRIPTS[mode]
+    env, trl_messages, trl_ids = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=15, config=config)
+    gen = ScriptedGenerator(tokenizer, {0: list(script)})
+    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=config, progress=False)
+    assert _executed(record.messages[2:]) == _executed(trl_messages)
+    assert (record.answered, record.correct) == (env._episode["answered"], env._episode["correct"])
+    assert record.value_correct == env._episode["value_correct"]
+    assert record.reward == pytest.approx(env.get_reward())
+    ours = gen.contexts[0][-1] + gen.completions[0][-1]
+    assert trl_ids[: len(ours)] == ours
+    first_user = record.messages[1]["content"]
+    assert ("CREATE TABLE singer" in first_user) == (mode[0] == "full")
+    assert record.correct == (mode != ("hidden", "sql"))
 
 
 def test_over_long_tool_result_ends_the_episode_as_in_trl(tokenizer, concert_db_dir):

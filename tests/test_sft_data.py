@@ -58,7 +58,7 @@ def test_every_trajectory_replays_to_a_verified_answer(world, data):
         assert env.answered and env.correct, record["id"]  # the verifier accepts the replayed answer
         stored = [m["content"] for m in record["messages"] if m["role"] == "tool"]
         assert observations == stored  # tool results are the environment's own text
-        assert record["messages"][:2] == prompts.initial_messages(question, env.tables)
+        assert record["messages"][:2] == prompts.initial_messages(question, prompts.tables_observation(env.tables))
 
 
 def test_trajectories_end_with_one_plain_assistant_turn(data):

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures_env import spider_dir  # noqa: F401  (fixture)
 from stage_harness import run_stage, small_params
 
 
@@ -89,3 +90,36 @@ def test_bad_params_fail_naming_the_key(tmp_path, key, value, needle):
     params[section][name] = value
     proc = run_prepare(tmp_path / "w", params, expect_ok=False)
     _assert_failed_cleanly(proc, tmp_path / "w", needle)
+
+
+def test_spiders_protocol_trains_on_its_own_files_and_evaluates_on_dev(tmp_path, spider_dir):  # noqa: F811
+    """split: by_file: training questions from the training files (ids prefixed by the file), evaluation sets
+    from the questions file, no database on both sides (a training question on a dev database is dropped)."""
+    records = json.loads((spider_dir / "dev.json").read_text())
+    train_dbs, dev_dbs = {"pets_1", "singer"}, {"poker_player", "orchestra"}
+    spider = tmp_path / "spider"
+    spider.mkdir()
+    (spider / "database").symlink_to(spider_dir / "database")
+    (spider / "tables.json").symlink_to(spider_dir / "tables.json")
+    (spider / "dev.json").write_text(json.dumps([r for r in records if r["db_id"] in dev_dbs]))
+    train = [r for r in records if r["db_id"] in train_dbs]
+    (spider / "train_spider.json").write_text(json.dumps(train[:40]))
+    leak = next(r for r in records if r["db_id"] == "orchestra")  # a dev database in a training file
+    (spider / "train_others.json").write_text(json.dumps([*train[40:], leak]))
+    params = small_params(**{"data.source": "spider", "data.spider_dir": str(spider), "data.split": "by_file"})
+    work = tmp_path / "w"
+    run_prepare(work, params)
+    read = lambda name: [json.loads(x) for x in (work / "data/questions" / f"{name}.jsonl").read_text().splitlines()]  # noqa: E731
+    train_q, n200 = read("train"), read("n200")
+    assert {q["db_id"] for q in train_q} == train_dbs and {q["db_id"] for q in n200} <= dev_dbs
+    assert all(q["id"].startswith(("train_spider:", "train_others:")) for q in train_q)
+    assert not any(q["id"].startswith("train") for q in n200)
+    metrics = json.loads((work / "reports/prepare/metrics.json").read_text())
+    assert metrics["dropped"]["eval_database"] == 1
+    assert metrics["databases"] == {"train": sorted(train_dbs), "eval": sorted(dev_dbs)}
+    assert len(train_q) > 50 and metrics["splits"]["n200"]["n"] == 30
+
+
+def test_by_file_split_needs_spider_training_files(tmp_path):
+    proc = run_prepare(tmp_path / "w", small_params(**{"data.split": "by_file"}), expect_ok=False)
+    _assert_failed_cleanly(proc, tmp_path / "w", "by_file needs data.source: spider")

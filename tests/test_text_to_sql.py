@@ -112,3 +112,41 @@ def test_eval_cli_text_to_sql_writes_ex_results(tiny, concert_db_dir, tmp_path):
     assert doc["settings"]["protocol"] == "text_to_sql" and doc["metrics"]["metric"] == "ex"
     assert 0.0 <= doc["metrics"]["sql_extracted_rate"] <= 1.0 and doc["metrics"]["accuracy_high"] > 0
     assert all(s["turns"] == 1 and s["tokens"] <= 8 for s in samples)
+
+
+def test_few_shot_examples_come_from_other_databases_only(tiny, concert_db_dir, tmp_path):  # noqa: F811
+    """k worked examples per question: other databases' questions answered by their gold SQL, never the
+    question's own database (so never its own gold SQL)."""
+    import shutil
+    from dataclasses import replace
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sqlenv.eval.text_to_sql import pick_examples
+
+    other = tmp_path / "db"
+    (other / "concert2").mkdir(parents=True)
+    shutil.copyfile(concert_db_dir / "concert" / "concert.sqlite", other / "concert2" / "concert2.sqlite")
+    shutil.copytree(concert_db_dir / "concert", other / "concert")
+    pool = [*QUESTIONS, *(replace(q, id=q.id + "_2", db_id="concert2", hardness="medium") for q in QUESTIONS)]
+    picked = pick_examples("concert", pool, 2, seed=0)
+    assert len(picked) == 2 and {q.db_id for q in picked} == {"concert2"}
+    assert pick_examples("concert", pool, 2, seed=0) == picked  # deterministic
+    assert {tuple(q.id for q in pick_examples("concert", pool, 1, seed=s)) for s in range(8)} != {(picked[0].id,)}
+    with pytest.raises(ValueError, match="only 3 examples"):
+        pick_examples("concert", pool, 4)
+
+    tokenizer, model = AutoTokenizer.from_pretrained(tiny), AutoModelForCausalLM.from_pretrained(tiny)
+    generator = Replies(tokenizer, ["```sql\nSELECT 1\n```"] * len(pool))
+    records = play_text_to_sql(model, tokenizer, pool, db_dir=other, progress=False, generator=generator, shots=2)
+    for record in records:
+        user_turns = [m for m in record.messages if m["role"] == "user"]
+        shown = [m["content"] for m in record.messages[1:-2] if m["role"] == "assistant"]
+        assert len(user_turns) == 3 and len(shown) == 2
+        own = next(q for q in pool if q.id == record.question_id)
+        examples = pick_examples(own.db_id, pool, 2)
+        assert shown == [f"```sql\n{q.gold_sql}\n```" for q in examples]
+        assert all(q.db_id != own.db_id for q in examples)
+        # an example shows the tables its gold SQL reads, not the whole database
+        expected = {"q_count": 1, "q_france": 1, "q_join": 3}[examples[0].id.removesuffix("_2")]
+        assert user_turns[0]["content"].count("CREATE TABLE") == expected

@@ -77,7 +77,7 @@ def test_schemas_as_trl_derives_them():
 
 def test_schemas_render_through_qwen_template():
     env = SQLAgentEnv(None)
-    messages = prompts.initial_messages(Q_COUNT, ["singer"])
+    messages = prompts.initial_messages(Q_COUNT, prompts.tables_observation(["singer"]))
     from_methods, _ = render_jinja_template([messages], tools=_trl_tools(env), chat_template=QWEN_TEMPLATE,
                                             add_generation_prompt=True)
     from_schemas, _ = render_jinja_template([messages], tools=tool_schemas(), chat_template=QWEN_TEMPLATE,

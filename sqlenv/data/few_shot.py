@@ -54,7 +54,7 @@ def few_shot_examples(
     while len(records) < k and remaining:
         question = _preference(chosen, remaining, seed)[0]
         remaining.remove(question)
-        record = play(env, question, oracle_calls(question, env.sandbox_for(question.db_id)))
+        record = play(env, question, oracle_calls(question, env.sandbox_for(question.db_id), config=env_config))
         if record.correct:
             chosen.append(question)
             records.append(record)
@@ -92,17 +92,20 @@ def render_example(record: EpisodeRecord, number: int, max_lines: int = 8) -> st
     return "\n".join(parts)
 
 
-def few_shot_system_prompt(k: int, examples: Sequence[EpisodeRecord], max_lines: int = 8) -> str:
-    """SYSTEM_PROMPT plus the first k examples as worked trajectories (k = 0: SYSTEM_PROMPT itself)."""
+def few_shot_system_prompt(
+    k: int, examples: Sequence[EpisodeRecord], max_lines: int = 8, system: str = prompts.SYSTEM_PROMPT
+) -> str:
+    """The system prompt (`system`: the environment's, `EnvConfig.system_prompt`) plus the first k examples as
+    worked trajectories (k = 0: the system prompt itself)."""
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     if len(examples) < k:
         raise ValueError(f"{k} examples requested, {len(examples)} given")
     if k == 0:
-        return prompts.SYSTEM_PROMPT
+        return system
     shown = "\n\n".join(render_example(r, i + 1, max_lines) for i, r in enumerate(examples[:k]))
     return (
-        f"{prompts.SYSTEM_PROMPT}\n\n"
+        f"{system}\n\n"
         f"Worked example{'s' if k > 1 else ''} on other databases (yours differs: look at its tables first):\n\n"
         f"{shown}"
     )

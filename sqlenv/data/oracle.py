@@ -1,8 +1,9 @@
 """Scripted episodes: the oracle policy and a player that runs any scripted calls.
 
 `oracle_calls` writes what a competent agent would do with the gold SQL in hand:
-describe every table the gold SQL reads, optionally sample one, run the gold SQL, and
-answer with the canonical formatting of its result. `play` runs scripted calls through the
+describe every table the gold SQL reads (not when the schema is shown: `schema: full`),
+optionally sample one, run the gold SQL, and answer with the canonical formatting of its
+result — or, in the sql answer mode, with the gold SQL itself. `play` runs scripted calls through the
 *real* `SQLEnv` and records the conversation through `sqlenv.env.prompts`, in the message
 layout TRL produces at GRPO time: `[system, user(question + tables)]`, then per call one
 assistant message with `tool_calls` followed by its `role: "tool"` result, and — once the
@@ -46,13 +47,20 @@ def _gold_tables(question: Question, sandbox: Sandbox) -> list[str]:
     return resolved
 
 
-def oracle_calls(question: Question, sandbox: Sandbox, sample: bool = False) -> list[tuple[str, dict[str, Any]]]:
-    """describe each gold table → (sample the first) → query the gold SQL → answer its result."""
+def oracle_calls(
+    question: Question, sandbox: Sandbox, sample: bool = False, config: EnvConfig = EnvConfig()
+) -> list[tuple[str, dict[str, Any]]]:
+    """describe each gold table (schema hidden) → (sample the first) → query the gold SQL → answer its
+    result (answer mode value) or the gold SQL (answer mode sql)."""
     tables = _gold_tables(question, sandbox)
-    calls: list[tuple[str, dict[str, Any]]] = [("describe", {"table_name": t}) for t in tables]
+    describe = config.schema == "hidden"
+    calls: list[tuple[str, dict[str, Any]]] = [("describe", {"table_name": t}) for t in tables if describe]
     if sample and tables:
         calls.append(("sample", {"table_name": tables[0]}))
     calls.append(("query", {"sql": question.gold_sql}))
+    if config.answer == "sql":
+        calls.append(("answer", {"sql": question.gold_sql}))
+        return calls
     result = sandbox.execute(question.gold_sql)
     # A failing gold SQL still yields a script (its answer is the empty result); the
     # environment refuses such a question at reset, which is where it must surface.
@@ -75,12 +83,12 @@ def play(
     still raises `SandboxError`.
     """
     try:
-        env.reset(question)
+        observation = env.reset(question)
     except GoldQueryError as exc:
         # Not playable: report it like a failed episode so validators can count it by reason.
         return EpisodeRecord(question.id, question.db_id, question.hardness, verdict_reason=str(exc))
     # Identical to TRL's prompt: the dataset's user message + the string `reset` returned.
-    messages: list[dict[str, Any]] = prompts.initial_messages(question, env.tables)
+    messages: list[dict[str, Any]] = prompts.initial_messages(question, observation, env.config.system_prompt)
     for tool, arguments in calls:
         messages.append(prompts.assistant_tool_calls([(tool, arguments)]))
         result = env.step(tool, arguments)
@@ -94,6 +102,7 @@ def play(
         messages=messages,
         answered=env.answered,
         correct=env.correct,
+        value_correct=env.value_correct,
         verdict_reason=env.verdict_reason,
         answer=env.answer,
         steps=env.steps,

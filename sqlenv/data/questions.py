@@ -2,7 +2,9 @@
 
 `build_questions` is what the `prepare` stage calls: it produces the databases (Spider
 layout) under `db_dir` and the questions over them, from the procedural world (default)
-or from a Spider-format folder, applies the curated-subset filters, and then plays every
+or from a Spider-format folder — one questions file, or (Spider's own protocol) training
+files beside the evaluation file, each training question kept apart in `train_questions`
+and none on a database the evaluation file uses —, applies the curated-subset filters, and then plays every
 question's oracle episode through the real environment — describe the tables the gold SQL
 reads, run the gold SQL, answer the formatted result — keeping only the questions the
 verifier accepts. A question the agent could not possibly get right (gold SQL fails,
@@ -31,11 +33,14 @@ class BuiltQuestions:
     candidates: int
     drop_counts: dict[str, int] = field(default_factory=dict)
     dropped: list[tuple[str, str]] = field(default_factory=list)
+    # Questions of the training files (Spider's protocol, `spider_train_questions`); None: one questions file.
+    train_questions: list[Question] | None = None
 
     @property
     def verification_rate(self) -> float:
-        """Share of candidates the oracle verified (1.0 when nothing was dropped)."""
-        return len(self.questions) / self.candidates if self.candidates else 0.0
+        """Share of candidates the oracle verified (1.0 when nothing was dropped), training files included."""
+        kept = len(self.questions) + len(self.train_questions or ())
+        return kept / self.candidates if self.candidates else 0.0
 
 
 def build_questions(
@@ -45,6 +50,7 @@ def build_questions(
     source: str,
     spider_dir: str | os.PathLike[str] = "",
     spider_questions: str = "dev.json",
+    spider_train_questions: Sequence[str] = (),
     databases: Sequence[str] = (),
     difficulties: Sequence[str] = (),
     domains: Sequence[str] = (),
@@ -58,6 +64,10 @@ def build_questions(
         raise ValueError(f"data.difficulties: unknown level(s) {unknown}; expected {list(HARDNESS_LEVELS)}")
     limits = SandboxLimits(timeout_s=sql_timeout_s)
     dropped: list[tuple[str, str]] = []
+    train_candidates: list[Question] = []
+    train_dropped: list[tuple[str, str]] = []
+    if spider_train_questions and source != "spider":
+        raise ValueError("training questions files (Spider's protocol) need data.source: spider")
     if source == "synthetic":
         from sqlenv.data.world import build_world
 
@@ -83,7 +93,9 @@ def build_questions(
         )
         candidates = list(loaded.questions)
         dropped.extend(loaded.dropped)
-        for db_id in sorted({q.db_id for q in candidates}):
+        if spider_train_questions:
+            train_candidates, train_dropped = _spider_train(spider_dir, spider_train_questions, candidates, limits)
+        for db_id in sorted({q.db_id for q in candidates + train_candidates}):
             target = db_file(db_dir, db_id)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(db_file(Path(spider_dir) / "database", db_id), target)
@@ -103,6 +115,18 @@ def build_questions(
 
     verified, rejected = oracle_gate(candidates, db_dir, sql_timeout_s)
     dropped.extend(rejected)
+    train = None
+    if spider_train_questions:
+        if difficulties:
+            train_candidates = [q for q in train_candidates if q.hardness in set(difficulties)]
+        if databases:
+            train_candidates = [q for q in train_candidates if q.db_id in set(databases)]
+        n_candidates += len(train_candidates) + len(train_dropped)
+        train, train_rejected = oracle_gate(train_candidates, db_dir, sql_timeout_s)
+        dropped.extend(train_dropped + train_rejected)
+        train = sorted(train, key=lambda q: q.id)
+        if not train:
+            raise ValueError(f"no training question of {list(spider_train_questions)} passed the loader and the oracle")
     # Reasons read "<category>: <detail>"; metrics count by category.
     counts = Counter(reason.split(":", 1)[0] for _, reason in dropped)
     return BuiltQuestions(
@@ -110,7 +134,29 @@ def build_questions(
         candidates=n_candidates,
         drop_counts=dict(sorted(counts.items())),
         dropped=dropped,
+        train_questions=train,
     )
+
+
+def _spider_train(
+    spider_dir: str | os.PathLike[str], files: Sequence[str], eval_questions: Sequence[Question], limits: SandboxLimits
+) -> tuple[list[Question], list[tuple[str, str]]]:
+    """The training files' questions (ids prefixed with the file's stem: `train_spider:<db>_<index>`), without
+    any on a database of the evaluation questions (dropped as `eval_database`, so evaluation stays held out)."""
+    from sqlenv.data.spider import load_spider
+
+    eval_dbs = {q.db_id for q in eval_questions}
+    kept: list[Question] = []
+    dropped: list[tuple[str, str]] = []
+    for name in files:
+        loaded = load_spider(spider_dir, questions_file=name, sandbox_limits=limits, id_prefix=Path(name).stem + ":")
+        dropped.extend(loaded.dropped)
+        for q in loaded.questions:
+            if q.db_id in eval_dbs:
+                dropped.append((q.id, f"eval_database: {q.db_id} is a database of the evaluation questions"))
+            else:
+                kept.append(q)
+    return kept, dropped
 
 
 def load_questions_file(path: str | os.PathLike[str], difficulties: Sequence[str] = ()) -> list[Question]:

@@ -244,7 +244,7 @@ def _pick_wrong_query(question: Question, sandbox: Sandbox, seed: int) -> WrongQ
 
 # ---------------------------------------------------------------------------------------- trajectories
 def trajectory_calls(
-    question: Question, sandbox: Sandbox, kind: str, seed: int
+    question: Question, sandbox: Sandbox, kind: str, seed: int, env_config: EnvConfig = EnvConfig()
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """(kind actually played, scripted calls). A recovery without a usable wrong query falls back to plain.
 
@@ -252,9 +252,10 @@ def trajectory_calls(
     query (a guess at that not-yet-described table), gets the error, describes that table, and runs the
     corrected query. For a one-table query the wrong query comes first. So the model sees an error both
     before and after it has explored, and in both cases the next move is to look, then fix — never to
-    answer with the error (what a model trained only on clean trajectories does).
+    answer with the error (what a model trained only on clean trajectories does). With the schema shown
+    (`schema: full`) nothing is described up front; the recovery describes the table after the error.
     """
-    calls = oracle_calls(question, sandbox, sample=kind == "sample")
+    calls = oracle_calls(question, sandbox, sample=kind == "sample", config=env_config)
     if kind != "recovery":
         return kind, calls
     wrong = _pick_wrong_query(question, sandbox, seed)
@@ -264,7 +265,8 @@ def trajectory_calls(
     rest = [c for c in calls if c[0] != "describe"]  # the gold query and the answer
     owner = [c for c in describes if c[1]["table_name"] == wrong.table]
     before = [c for c in describes if c[1]["table_name"] != wrong.table] if owner else []
-    return "recovery", before + [("query", {"sql": wrong.sql})] + (owner or describes) + rest
+    after = owner or describes or [("describe", {"table_name": wrong.table})]
+    return "recovery", before + [("query", {"sql": wrong.sql})] + after + rest
 
 
 def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | None:
@@ -300,14 +302,14 @@ def build_sft_data(
 ) -> SFTDataResult:
     """Play one trajectory per question (sorted by id) and keep those the verifier accepts."""
     env = SQLEnv(db_dir, env_config)
-    tools = json.dumps(tool_schemas(), ensure_ascii=False)
+    tools = json.dumps(tool_schemas(env_config), ensure_ascii=False)
     records: list[dict[str, Any]] = []
     dropped: list[tuple[str, str]] = []
     unavailable = 0
     for question in sorted(questions, key=lambda q: q.id):
         wanted = assigned_kind(question.id, config)
         sandbox = env.sandbox_for(question.db_id)  # a missing database is a data error: it raises
-        kind, calls = trajectory_calls(question, sandbox, wanted, config.seed)
+        kind, calls = trajectory_calls(question, sandbox, wanted, config.seed, env_config)
         unavailable += wanted == "recovery" and kind != "recovery"
         record = play(env, question, calls)
         if not record.messages:

@@ -157,6 +157,7 @@ def load_spider(
     difficulties: Iterable[str] | None = None,
     sandbox_limits: SandboxLimits | None = None,
     keep_nondeterministic: bool = False,
+    id_prefix: str = "",
 ) -> LoadResult:
     """Questions of `questions_file` whose gold answer the verifier can check.
 
@@ -172,6 +173,8 @@ def load_spider(
             a tie (listed in `flagged` instead of `dropped`). Right for checking the oracle
             end to end (`sqlenv validate`); wrong for training or evaluation sets, where a
             model answering the other tied row would be marked wrong.
+        id_prefix: put before every question id (`<db_id>_<index>`), so that the questions of
+            several files (Spider's train and dev) never share an id.
 
     Returns:
         LoadResult with kept questions in file order and (id, reason) for dropped ones.
@@ -200,7 +203,7 @@ def load_spider(
             db_id = record["db_id"]
             if dbs is not None and db_id not in dbs:
                 continue
-            qid = f"{db_id}_{index:04d}"
+            qid = f"{id_prefix}{db_id}_{index:04d}"
             sql = normalize_sql(record["query"])
             try:
                 level, tables = hardness(sql), tables_used(sql)

@@ -14,6 +14,10 @@ another machine leaves an existing question's assignment unchanged.
 
 `eval_fraction` is the share of *questions* held out, taken as whole groups.
 
+- `by_file` (Spider's protocol, `split_by_file`): the training questions come from their own files
+  (`train_spider.json` + `train_others.json`) and the evaluation pool is the whole evaluation file
+  (`dev.json`); no database may be on both sides (the loader drops such training questions).
+
 `n200` is stratified by hardness with proportional (largest-remainder) allocation over the
 evaluation pool; `n50` is drawn the same way *from inside n200* by the same hash order,
 so n50 ⊂ n200 and a policy's n50 result can be read off its n200 episodes.
@@ -58,6 +62,8 @@ def split_questions(
         dup = next(i for i, c in Counter(ids).items() if c > 1)
         raise ValueError(f"duplicate question id {dup!r}")
 
+    if mode == "by_file":
+        raise ValueError("the by_file split takes its training questions from their own files: use split_by_file")
     if mode in ("by_domain", "by_database"):
         # Whole groups in stable-hash order go to evaluation until they hold at least
         # eval_fraction of the questions *and* at least n200 of them (group sizes are
@@ -84,8 +90,29 @@ def split_questions(
     else:
         raise ValueError(f"unknown split mode {mode!r} (expected by_domain, by_database or by_question)")
 
-    train = sorted((q for q in questions if not is_eval(q)), key=lambda q: q.id)
-    pool = sorted((q for q in questions if is_eval(q)), key=lambda q: q.id)
+    train = [q for q in questions if not is_eval(q)]
+    pool = [q for q in questions if is_eval(q)]
+    return _split(train, pool, seed, n50, n200)
+
+
+def split_by_file(
+    train: Sequence[Question], pool: Sequence[Question], *, seed: int, n50: int = 50, n200: int = 200
+) -> Split:
+    """Spider's protocol: `train` from the training files, the evaluation sets drawn from `pool` (the evaluation
+    file). ValueError when an id or a database is on both sides."""
+    if not 0 < n50 <= n200:
+        raise ValueError(f"need 0 < n50 <= n200, got n50={n50}, n200={n200}")
+    shared_ids = {q.id for q in train} & {q.id for q in pool}
+    shared_dbs = {q.db_id for q in train} & {q.db_id for q in pool}
+    if shared_ids or shared_dbs:
+        raise ValueError(f"training and evaluation files share question ids {sorted(shared_ids)[:3]} "
+                         f"or databases {sorted(shared_dbs)[:3]}")  # fmt: skip
+    return _split(list(train), list(pool), seed, n50, n200)
+
+
+def _split(train: list[Question], pool: list[Question], seed: int, n50: int, n200: int) -> Split:
+    train = sorted(train, key=lambda q: q.id)
+    pool = sorted(pool, key=lambda q: q.id)
     if len(pool) < n200:
         raise ValueError(
             f"evaluation pool has {len(pool)} questions, fewer than n200={n200}; "

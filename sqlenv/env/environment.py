@@ -1,9 +1,18 @@
 """The SQL-agent environment: one episode is one question over one SQLite database.
 
-`reset(question)` shows only the table names (the agent has to discover the schema);
-`step(tool, arguments)` runs one of the four tools — `describe`, `sample`, `query`,
-`answer` — and returns a `StepResult` with the observation text and the reward
+`reset(question)` shows only the table names (`schema: hidden`, the default: the agent has to
+discover the schema) or the whole schema as CREATE TABLE statements (`schema: full`, as published
+text-to-SQL work prompts); `step(tool, arguments)` runs one of the four tools — `describe`,
+`sample`, `query`, `answer` — and returns a `StepResult` with the observation text and the reward
 components that call earned (see `sqlenv.env.rewards`).
+
+Two answer modes (`answer`):
+- `value` (default): `answer(value)` submits the answer text, judged by the lenient value verifier
+  (`sqlenv.env.verifier`) against the gold result;
+- `sql`: `answer(sql)` submits the final SQL; the sandbox runs it and execution accuracy
+  (`sqlenv.env.execution_match`, Spider's official rules) judges its rows against the gold SQL's. The
+  value verifier also reads the canonical text of those rows (`value_correct`), so one episode gives
+  both numbers. The progress term then scores the answer's own rows.
 
 What it guards:
 - Every model mistake (unknown tool or table, bad SQL, missing, extra or ill-typed
@@ -36,10 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlenv.env import prompts, rewards
+from sqlenv.env.execution_match import execution_verdict, order_matters
 from sqlenv.env.rewards import RewardConfig
 from sqlenv.env.sandbox import Sandbox, SandboxError, SandboxLimits
 from sqlenv.env.similarity import result_similarity
-from sqlenv.env.verifier import verify
+from sqlenv.env.verifier import format_answer, verify
 from sqlenv.types import (
     TOOL_NAMES,
     QueryResult,
@@ -49,7 +59,8 @@ from sqlenv.types import (
     strict_kwargs,
 )
 
-# The single parameter of each tool, in the adapter's signatures too (a test checks).
+# The single parameter of each tool, in the adapter's signatures too (a test checks); `answer` takes
+# `sql` instead of `value` in the sql answer mode (`tool_params`).
 TOOL_PARAMS: dict[str, tuple[str, ...]] = {
     "describe": ("table_name",),
     "sample": ("table_name",),
@@ -57,12 +68,21 @@ TOOL_PARAMS: dict[str, tuple[str, ...]] = {
     "answer": ("value",),
 }
 assert tuple(TOOL_PARAMS) == TOOL_NAMES
+SCHEMA_MODES: tuple[str, ...] = ("hidden", "full")
+ANSWER_MODES: tuple[str, ...] = ("value", "sql")
+_TOOL_PARAMS_BY_ANSWER = {"value": TOOL_PARAMS, "sql": {**TOOL_PARAMS, "answer": ("sql",)}}
+
+
+def tool_params(answer: str = "value") -> dict[str, tuple[str, ...]]:
+    """Each tool's parameter names in an answer mode (`value` or `sql`)."""
+    return _TOOL_PARAMS_BY_ANSWER[answer]
 
 _SANDBOX_CACHE_SIZE = 32
 _GOLD_CACHE_SIZE = 8192
 _cache_lock = threading.Lock()
 _sandboxes: OrderedDict[tuple[tuple, SandboxLimits], Sandbox] = OrderedDict()
 _gold: OrderedDict[tuple[tuple, str, SandboxLimits], QueryResult] = OrderedDict()
+_schemas: OrderedDict[tuple, str] = OrderedDict()  # db key -> its CREATE TABLE text (schema: full)
 
 
 class GoldQueryError(ValueError):
@@ -71,13 +91,15 @@ class GoldQueryError(ValueError):
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """Episode limits, observation caps and reward weights."""
+    """Episode limits, observation caps, what the agent is shown and submits, and reward weights."""
 
     step_budget: int = 15
     sql_timeout_s: float = 2.0
     max_rows_shown: int = 50
     max_chars_shown: int = 4000
     sample_rows: int = 3
+    schema: str = "hidden"  # hidden: table names only | full: CREATE TABLE statements in the first message
+    answer: str = "value"  # value: answer(value), the value verifier | sql: answer(sql), execution accuracy
     rewards: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
@@ -85,6 +107,20 @@ class EnvConfig:
             raise ValueError(f"step_budget must be >= 1, got {self.step_budget}")
         if self.max_rows_shown < 1 or self.max_chars_shown < 1 or self.sample_rows < 1:
             raise ValueError("max_rows_shown, max_chars_shown and sample_rows must be >= 1")
+        if self.schema not in SCHEMA_MODES:
+            raise ValueError(f"schema must be one of {SCHEMA_MODES}, got {self.schema!r}")
+        if self.answer not in ANSWER_MODES:
+            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {self.answer!r}")
+
+    @property
+    def system_prompt(self) -> str:
+        """The system prompt of this schema and answer mode (`prompts.system_prompt`)."""
+        return prompts.system_prompt(self.schema, self.answer)
+
+    @property
+    def mode(self) -> str:
+        """`schema=<hidden|full> answer=<value|sql>`: what every table title and run tag states."""
+        return f"schema={self.schema} answer={self.answer}"
 
     @property
     def limits(self) -> SandboxLimits:
@@ -143,6 +179,7 @@ def close_shared_sandboxes() -> None:
         boxes = list(_sandboxes.values())
         _sandboxes.clear()
         _gold.clear()
+        _schemas.clear()
     for box in boxes:
         box.close()
 
@@ -164,6 +201,21 @@ def gold_result(sandbox: Sandbox, db_key: tuple, sql: str, limits: SandboxLimits
     return result
 
 
+def schema_text(sandbox: Sandbox, db_key: tuple) -> str:
+    """The database's tables as CREATE TABLE statements (`prompts.schema_ddl`), built once per database file."""
+    with _cache_lock:
+        hit = _schemas.get(db_key)
+    if hit is not None:
+        return hit
+    infos = [info for info in map(sandbox.table_info, sandbox.table_names()) if info is not None]
+    text = prompts.schema_ddl(infos)
+    with _cache_lock:
+        _schemas[db_key] = text
+        while len(_schemas) > _SANDBOX_CACHE_SIZE * 4:
+            _schemas.popitem(last=False)
+    return text
+
+
 def _potential(rows: list[tuple], gold_rows: list[tuple]) -> float:
     """Φ for progress shaping: `result_similarity`, short-cut when the rows equal the gold rows.
 
@@ -183,16 +235,11 @@ def _potential(rows: list[tuple], gold_rows: list[tuple]) -> float:
     return result_similarity(rows, gold_rows)
 
 
-_USAGE = {tool: f"{tool}({', '.join(params)})" for tool, params in TOOL_PARAMS.items()}
-_EXAMPLE = {tool: json.dumps({p: "..." for p in params}) for tool, params in TOOL_PARAMS.items()}
-
-
-def _check_arguments(tool: str, arguments: Any) -> tuple[dict[str, str] | None, str | None]:
+def _check_arguments(tool: str, arguments: Any, params: tuple[str, ...]) -> tuple[dict[str, str] | None, str | None]:
     """Validate a call's arguments against the tool's parameters: (clean args, None) or (None, error)."""
-    params = TOOL_PARAMS[tool]
     if type(arguments) is dict and len(arguments) == 1 and type(arguments.get(params[0])) is str:
         return arguments, None  # the well-formed call: skip the diagnosis below
-    usage, example = _USAGE[tool], _EXAMPLE[tool]
+    usage, example = f"{tool}({', '.join(params)})", json.dumps({p: "..." for p in params})
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
@@ -242,6 +289,7 @@ class SQLEnv:
     def __init__(self, db_dir: str | Path | None = None, config: EnvConfig = EnvConfig()):
         self.db_dir = Path(db_dir) if db_dir is not None else None
         self.config = config
+        self.tool_params = tool_params(config.answer)
         self.question: Question | None = None
         self.sandbox: Sandbox | None = None
         self.gold: QueryResult | None = None
@@ -252,6 +300,8 @@ class SQLEnv:
         self.done = False
         self.answered = False
         self.correct = False
+        # sql answers: the value verifier on the answer's rows (False until a right one); None in value mode
+        self.value_correct: bool | None = False if self.config.answer == "sql" else None
         self.answer: str | None = None
         self.verdict_reason = ""
         self.steps = 0
@@ -294,6 +344,8 @@ class SQLEnv:
         self.question, self.gold = question, gold
         self.tables = self.sandbox.table_names()
         self._reset_state()
+        if self.config.schema == "full":
+            return prompts.schema_observation(schema_text(self.sandbox, db_key))
         return prompts.tables_observation(self.tables)
 
     @property
@@ -315,6 +367,7 @@ class SQLEnv:
             "steps": self.steps,
             "answered": self.answered,
             "correct": self.correct,
+            "value_correct": self.value_correct,
             "budget_exhausted": self.budget_exhausted,
             "calls_after_end": self.calls_after_end,
             "parse_failures": self.parse_failures,
@@ -336,7 +389,7 @@ class SQLEnv:
 
         self.steps += 1
         if type(tool) is str and tool in TOOL_PARAMS:
-            args, problem = _check_arguments(tool, arguments)
+            args, problem = _check_arguments(tool, arguments, self.tool_params[tool])
         else:
             args, problem = None, f"unknown tool {tool!r}. Available tools: {', '.join(TOOL_NAMES)}."
         key = rewards.call_key(tool, args) if args is not None else (str(tool), repr(arguments))
@@ -349,7 +402,7 @@ class SQLEnv:
         elif tool == "query":
             obs, new_result = self._query(args["sql"])
         elif tool == "answer":
-            obs = self._answer(args["value"], earned)
+            obs = self._answer(args[self.tool_params["answer"][0]], earned)
         else:
             obs = self._table_tool(tool, args["table_name"])
         earned["operational"] = rewards.operational(new_result, cfg)
@@ -401,7 +454,10 @@ class SQLEnv:
 
     def _answer(self, value: str, earned: dict[str, float]) -> str:
         cfg = self.config.rewards.applied
-        verdict = verify(value, self.gold.rows, self.question.ordered)
+        if self.config.answer == "sql":
+            verdict = self._judge_sql(value)
+        else:
+            verdict = verify(value, self.gold.rows, self.question.ordered)
         self.done = self.answered = True
         self.answer, self.correct, self.verdict_reason = value, verdict.correct, verdict.reason
         earned["correctness"] = rewards.correctness(verdict.correct, cfg)
@@ -410,3 +466,15 @@ class SQLEnv:
             earned["progress"] = rewards.progress(self.progress_potential(), cfg)
         shown = value if len(value) <= self.config.max_chars_shown else value[: self.config.max_chars_shown] + "\u2026"
         return f"Answer recorded: {shown}\nThe episode is over. Reply with a short plain sentence and no tool call."
+
+    def _judge_sql(self, sql: str):
+        """EX of the submitted SQL (run in the episode's sandbox) against the gold SQL's rows; the value
+        verifier's reading of the same rows goes to `value_correct`. A failing statement is wrong on both."""
+        result = self.sandbox.execute(sql)
+        if result.ok:
+            self._last_rows = result.rows  # the final query of the episode: what progress scores
+            as_value = verify(format_answer(result.columns, result.rows), self.gold.rows, self.question.ordered)
+            self.value_correct = as_value.correct and not result.truncated
+        else:
+            self.value_correct = False
+        return execution_verdict(result, self.gold, order_matters(self.question.gold_sql))

@@ -6,8 +6,9 @@ drift apart. The layout mirrors what TRL 1.16's `GRPOTrainer(environment_factory
 does at rollout time:
 
 - the dataset's `prompt` is `[system, user(question)]`; TRL appends the string returned by
-  `reset()` to the last user message *without a separator*, so `tables_observation`
-  starts with its own blank line;
+  `reset()` to the last user message *without a separator*, so `tables_observation` (schema
+  hidden) and `schema_observation` (schema full) start with their own blank line;
+- the system prompt depends on the environment's schema and answer modes (`system_prompt`);
 - each assistant turn carries structured `tool_calls`, and each call's result follows as
   a `{"role": "tool", "name": ..., "content": ...}` message;
 - tool schemas are not written here: TRL derives them from the adapter's public methods
@@ -33,20 +34,42 @@ from sqlenv.env.sandbox import TableInfo, quote_identifier
 from sqlenv.env.verifier import SHORT_FLOAT_CHARS, format_float
 from sqlenv.types import QueryResult, Question, blob_text
 
-SYSTEM_PROMPT = (
-    "You answer questions about a SQLite database by calling tools. "
-    "You are told the table names; the columns are hidden until you look.\n"
+_INTRO = "You answer questions about a SQLite database by calling tools. "
+_SCHEMA_LINE = {
+    "hidden": "You are told the table names; the columns are hidden until you look.\n",
+    "full": "You are shown the database schema as CREATE TABLE statements.\n",
+}
+_TOOLS = (
     "Tools:\n"
     "- describe(table_name): the table's columns with types, primary key and foreign keys.\n"
     "- sample(table_name): a few rows of the table.\n"
     "- query(sql): run one read-only SQLite SELECT statement and see its rows.\n"
-    "- answer(value): submit the final answer. The episode ends after it.\n"
-    "Explore the schema with describe (and sample when values matter) before you write a query. "
-    "When a query returns the rows that answer the question, call answer exactly once, "
-    "copying the values from that query result: a single value as it is, one column as "
-    "'a, b, c', several columns as one row per line with ' | ' between values. "
-    "After answering, stop: reply with a short plain sentence and no tool call."
 )
+_ANSWER_TOOL = {
+    "value": "- answer(value): submit the final answer. The episode ends after it.\n",
+    "sql": "- answer(sql): submit the SQL query whose result answers the question. The episode ends after it.\n",
+}
+_EXPLORE = {
+    "hidden": "Explore the schema with describe (and sample when values matter) before you write a query. ",
+    "full": "Look at values with sample (or a query) when they matter before you write the final query. ",
+}
+_HOW_TO_ANSWER = {
+    "value": "When a query returns the rows that answer the question, call answer exactly once, "
+    "copying the values from that query result: a single value as it is, one column as "
+    "'a, b, c', several columns as one row per line with ' | ' between values. ",
+    "sql": "When a query returns exactly the rows that answer the question, call answer exactly once "
+    "with that query: its result is your answer. ",
+}
+_STOP = "After answering, stop: reply with a short plain sentence and no tool call."
+
+
+def system_prompt(schema: str = "hidden", answer: str = "value") -> str:
+    """The system prompt of a schema mode (`hidden` | `full`) and an answer mode (`value` | `sql`)."""
+    return (_INTRO + _SCHEMA_LINE[schema] + _TOOLS + _ANSWER_TOOL[answer] + _EXPLORE[schema]
+            + _HOW_TO_ANSWER[answer] + _STOP)  # fmt: skip
+
+
+SYSTEM_PROMPT = system_prompt()  # the default modes (schema hidden, value answers)
 
 # The plain assistant turn that closes a scripted (SFT) episode after `answer`; TRL only
 # stops a rollout when the model produces a turn without a tool call, so the model must
@@ -70,13 +93,16 @@ def tables_observation(tables: Sequence[str]) -> str:
     return f"\n\nTables in the database: {listed}."
 
 
-def initial_messages(question: Question, tables: Sequence[str]) -> list[dict[str, str]]:
-    """`[system, user(question + tables)]`: the conversation as the model first sees it."""
+def schema_observation(ddl: str) -> str:
+    """What `reset` returns with the full schema shown: the CREATE TABLE statements, after a blank line."""
+    return f"\n\nDatabase schema:\n{ddl}"
+
+
+def initial_messages(question: Question, observation: str, system: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
+    """`[system, user(question + observation)]`: the conversation as the model first sees it, where
+    `observation` is what the environment's `reset` returned (appended as TRL appends it)."""
     user = user_message(question)
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": user["content"] + tables_observation(tables)},
-    ]
+    return [{"role": "system", "content": system}, {"role": "user", "content": user["content"] + observation}]
 
 
 def error(message: str) -> str:

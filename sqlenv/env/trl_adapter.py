@@ -20,6 +20,11 @@ they don't fit, hands the raw arguments to `SQLEnv.step` — so training sees th
 `Error: ...` text that evaluation sees. `functools.wraps` keeps the signature, annotations
 and docstring visible to `get_json_schema` (a test checks).
 
+In the `sql` answer mode the answer tool takes the final SQL: `SQLAnswerAgentEnv` (a subclass whose
+`answer(sql)` replaces `answer(value)`); `agent_env_class(config)` picks the class of a config, and
+each class refuses a config of the other mode, so the tool schema a model is shown always matches
+what the environment judges.
+
 Diagnostics for logging callbacks: `env._episode` (a property, so TRL does not list it)
 returns `SQLEnv.summary()` — component sums, steps, calls after the end, answered, correct.
 """
@@ -63,7 +68,13 @@ def _tool(method: Callable[..., str]) -> Callable[..., str]:
 class SQLAgentEnv:
     """A SQLite database you can explore and query to answer one question."""
 
-    def __init__(self, db_dir: str | Path | None = None, config: EnvConfig = EnvConfig()):
+    _answer_mode = "value"
+
+    def __init__(self, db_dir: str | Path | None = None, config: EnvConfig | None = None):
+        config = EnvConfig(answer=self._answer_mode) if config is None else config
+        if config.answer != self._answer_mode:
+            raise ValueError(f"{type(self).__name__} answers by {self._answer_mode}, the config by {config.answer}: "
+                             "use agent_env_class(config)")  # fmt: skip
         self._env = SQLEnv(db_dir, config)
 
     def reset(self, **row: Any) -> str:
@@ -146,6 +157,30 @@ class SQLAgentEnv:
         return self._env.summary()
 
 
+class SQLAnswerAgentEnv(SQLAgentEnv):
+    """A SQLite database you can explore and query; the answer is the SQL query that answers the question."""
+
+    _answer_mode = "sql"
+
+    @_tool
+    def answer(self, sql: str) -> str:
+        """Submit the final SQL query and end the episode: its result is the answer. Call it exactly once.
+
+        Args:
+            sql: The SQLite SELECT statement whose result answers the question.
+
+        Returns:
+            A confirmation that the answer was recorded.
+        """
+        return self._step("answer", {"sql": sql})
+
+
+def agent_env_class(config: EnvConfig | str = EnvConfig()) -> type[SQLAgentEnv]:
+    """The adapter class of a config's answer mode (or of the mode's name): what TRL's factory builds."""
+    answer = config if isinstance(config, str) else config.answer
+    return SQLAnswerAgentEnv if answer == "sql" else SQLAgentEnv
+
+
 # ------------------------------------------------------------------------------------------- the tools
 def tool_functions(cls: type = SQLAgentEnv) -> list[Callable[..., str]]:
     """The tools as TRL finds them: public functions of the class except `reset`/`get_reward`, by name."""
@@ -161,12 +196,13 @@ def tool_methods(env: Any) -> list[Callable[..., str]]:
     return [getattr(env, func.__name__) for func in tool_functions(type(env))]
 
 
-def tool_schemas() -> list[dict[str, Any]]:
-    """The tool schemas exactly as TRL derives them (`get_json_schema` of each tool, via `apply_chat_template`)."""
+def tool_schemas(config: EnvConfig | str = EnvConfig()) -> list[dict[str, Any]]:
+    """The tool schemas exactly as TRL derives them (`get_json_schema` of each tool, via `apply_chat_template`),
+    for a config's answer mode (or the mode's name)."""
     from transformers.utils import get_json_schema
 
-    schemas = [get_json_schema(func) for func in tool_functions()]
+    schemas = [get_json_schema(func) for func in tool_functions(agent_env_class(config))]
     names = sorted(s["function"]["name"] for s in schemas)
     if names != sorted(TOOL_NAMES):  # the adapter must expose exactly the four tools
-        raise RuntimeError(f"SQLAgentEnv exposes tools {names}, expected {sorted(TOOL_NAMES)}")
+        raise RuntimeError(f"the adapter exposes tools {names}, expected {sorted(TOOL_NAMES)}")
     return schemas

@@ -5,7 +5,10 @@ fresh rollouts and the report stage can recompute them from saved samples. Corre
 one verifier decided inside the environment; nothing here re-judges an answer.
 
 Definitions (per set of records):
-- `accuracy`: correct / n, with a Wilson 95 % interval (`accuracy_low`, `accuracy_high`).
+- `accuracy`: correct / n, with a Wilson 95 % interval (`accuracy_low`, `accuracy_high`): the value verifier's
+  verdicts in the value answer mode, execution accuracy (EX) in the sql answer mode.
+- `value_accuracy` (sql answer mode only, with its interval): episodes whose submitted SQL's rows the value
+  verifier accepts / n — the value reading of the same answers, so the two modes' numbers can be placed.
 - `parse_rate` (strict) and `lenient_parse_rate`: assistant turns taken while the episode ran in which
   TRL's parser / the lenient parser (`sqlenv.env.tool_calls`) reads a tool call, over those turns, pooled
   over episodes. Both are computed whichever parser played. None when no such turn exists.
@@ -61,7 +64,16 @@ def _metrics(records: Sequence[EpisodeRecord], alpha: float) -> dict[str, Any]:
         "reward_components": {c: _mean([r.reward_components.get(c, 0.0) for r in records]) for c in components},
         "tokens_mean": _mean([r.tokens for r in records]),
         "end_reasons": dict(sorted(Counter(r.end_reason or "unknown" for r in records).items())),
+        **_value_accuracy(records, alpha),
     }
+
+
+def _value_accuracy(records: Sequence[EpisodeRecord], alpha: float) -> dict[str, Any]:
+    if not any(r.value_correct is not None for r in records):
+        return {}  # value answer mode: accuracy already is the value verifier's
+    n, right = len(records), sum(1 for r in records if r.value_correct)
+    low, high = wilson_interval(right, n, alpha)
+    return {"value_accuracy": right / n, "value_accuracy_low": low, "value_accuracy_high": high}
 
 
 def _hardness_order(levels: Iterable[str]) -> list[str]:

@@ -76,14 +76,19 @@ class _RandomAgent:
 
     def call(self) -> tuple[str, dict[str, str]]:
         tool = self.rng.choice(TOOL_NAMES)
+        if self.episode.answer_mode == "sql" and (tool == "answer" or not self.tables):
+            return "answer", {"sql": self._query() if self.tables else "SELECT 1"}  # a random query as the answer
         if tool == "answer":
             value = self.rng.choice(self.cells) if self.cells else str(self.rng.randint(0, 100))
             return tool, {"value": value}
         if not self.tables:  # an empty database: only answering is meaningful
             return "answer", {"value": str(self.rng.randint(0, 100))}
-        table = self.rng.choice(self.tables)
         if tool in ("describe", "sample"):
-            return tool, {"table_name": table}
+            return tool, {"table_name": self.rng.choice(self.tables)}
+        return tool, {"sql": self._query()}
+
+    def _query(self) -> str:
+        table = self.rng.choice(self.tables)
         limit = self.rng.randint(1, 5)
         name = quote_identifier(table)
         forms = [f"SELECT * FROM {name} LIMIT {limit}", f"SELECT count(*) FROM {name}"]
@@ -93,7 +98,7 @@ class _RandomAgent:
                 f"SELECT {column} FROM {name} LIMIT {limit}",
                 f"SELECT DISTINCT {column} FROM {name} LIMIT {limit}",
             ]
-        return tool, {"sql": self.rng.choice(forms)}
+        return self.rng.choice(forms)
 
     def observe(self, tool: str, arguments: dict[str, str], observation: str) -> None:
         if tool == "describe" and not observation.startswith(prompts.ERROR_PREFIX):

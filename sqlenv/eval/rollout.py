@@ -67,7 +67,7 @@ from typing import Any
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.tool_calls import parse_turn
-from sqlenv.env.trl_adapter import SQLAgentEnv, tool_methods
+from sqlenv.env.trl_adapter import agent_env_class, tool_methods
 from sqlenv.eval.decode import GenerationSettings, ModelGenerator, TurnGenerator
 from sqlenv.types import EpisodeRecord, Question
 
@@ -181,7 +181,7 @@ class Episode:
         max_turns: int | None = None,
     ):
         self.question = question
-        self.env = SQLAgentEnv(db_dir=db_dir, config=env_config)
+        self.env = agent_env_class(env_config)(db_dir=db_dir, config=env_config)
         self._sql = self.env._env  # the adapter keeps its SQLEnv private so TRL does not list it as a tool
         self.tools = tool_methods(self.env)
         self._tool_by_name = {tool.__name__: tool for tool in self.tools}  # TRL keys its tool dict by __name__
@@ -190,7 +190,7 @@ class Episode:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
         observation = self.env.reset(**question.to_dict())  # raises for an unusable database or gold SQL
         user = prompts.user_message(question)
-        system = prompts.SYSTEM_PROMPT if system_prompt is None else system_prompt
+        system = env_config.system_prompt if system_prompt is None else system_prompt
         # As TRL: the reset string is appended to the last (user) message's content.
         self.messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
@@ -213,6 +213,11 @@ class Episode:
     @property
     def answered(self) -> bool:
         return self._sql.answered
+
+    @property
+    def answer_mode(self) -> str:
+        """What `answer` takes: `value` (the answer text) or `sql` (the final query)."""
+        return self._sql.config.answer
 
     @property
     def env_over(self) -> bool:
@@ -290,6 +295,7 @@ class Episode:
             messages=copy.deepcopy(self.messages),
             answered=env.answered,
             correct=env.correct,
+            value_correct=env.value_correct,
             verdict_reason=reason,
             answer=env.answer,
             steps=env.steps + self.rejected_calls,
@@ -335,10 +341,11 @@ def shared_prompt_prefix(
     system_prompt: str | None,
     chat_template: str | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    env_config: EnvConfig = EnvConfig(),
 ) -> list[int]:
     """The prompt tokens every episode shares: two renders that differ only in the user text."""
-    tools = tool_methods(SQLAgentEnv())
-    system = {"role": "system", "content": prompts.SYSTEM_PROMPT if system_prompt is None else system_prompt}
+    tools = tool_methods(agent_env_class(env_config)(config=env_config))
+    system = {"role": "system", "content": env_config.system_prompt if system_prompt is None else system_prompt}
     renders = [[system, {"role": "user", "content": text}] for text in ("a", "b")]
     a, b = (prompt_token_ids(tokenizer, r, tools, chat_template, chat_template_kwargs) for r in renders)
     return _common_prefix(a, b)
@@ -470,7 +477,8 @@ def run_episodes(
             torch.manual_seed(gen.seed)
             if reuse_cache:
                 template = rollout_chat_template(tokenizer)
-                generator.encode_prefix(shared_prompt_prefix(tokenizer, system_prompt, template, chat_template_kwargs))
+                generator.encode_prefix(shared_prompt_prefix(tokenizer, system_prompt, template, chat_template_kwargs,
+                                                             env_config))  # fmt: skip
             return play_episodes(
                 generator,
                 tokenizer,

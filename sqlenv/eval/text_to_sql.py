@@ -11,8 +11,15 @@ assistant turn, `answer` = the SQL, `correct` = EX), so `evaluation.episode_metr
 with its Wilson interval and the split by hardness; `text_to_sql_metrics` adds the extraction and
 execution rates.
 
+Few-shot (`shots` = k > 0): before the question, k worked examples as earlier user/assistant turns — another
+question with the schema of the tables its gold SQL reads, answered by its gold SQL in a ```sql block. They
+come from `example_pool` (by default the evaluated questions themselves), never from the question's own
+database: the same k examples for every question of one database, chosen by stable hash of (seed, db_id),
+one per database and hardness as far as the pool allows. So no question ever sees its own gold SQL, nor
+another question on its database.
+
 What it does not do: no tools, no self-consistency or voting (published numbers with voting are higher),
-no value linking, and no few-shot examples.
+no value linking.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from sqlenv.env import prompts
 from sqlenv.env.execution_match import execution_verdict, order_matters
 from sqlenv.env.sandbox import Sandbox, SandboxLimits
 from sqlenv.eval.decode import GenerationSettings, ModelGenerator, TurnGenerator
-from sqlenv.types import EpisodeRecord, Question, db_file
+from sqlenv.types import EpisodeRecord, Question, db_file, stable_hash
 
 SYSTEM_PROMPT = (
     "You are a SQLite expert. Given a database schema and a question, write one SQLite query that answers "
@@ -41,8 +48,48 @@ def user_prompt(question: Question, ddl: str) -> str:
             "Reply with only the SQL query in a ```sql code block, without explanation.")  # fmt: skip
 
 
-def messages(question: Question, ddl: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user_prompt(question, ddl)}]
+def messages(
+    question: Question, ddl: str, examples: Sequence[tuple[Question, str]] = ()
+) -> list[dict[str, str]]:
+    """The prompt: system, then each (example question, its DDL) answered by its gold SQL, then the question."""
+    shown = []
+    for example, example_ddl in examples:
+        shown += [{"role": "user", "content": user_prompt(example, example_ddl)},
+                  {"role": "assistant", "content": f"```sql\n{example.gold_sql}\n```"}]  # fmt: skip
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *shown, {"role": "user", "content": user_prompt(question, ddl)}]
+
+
+def pick_examples(db_id: str, pool: Sequence[Question], k: int, seed: int = 0) -> list[Question]:
+    """k questions of `pool` on other databases than `db_id`, deterministic in (seed, db_id): a database and a
+    hardness not yet shown first, then the stable hash. ValueError when fewer than k exist."""
+    chosen: list[Question] = []
+    remaining = sorted((q for q in pool if q.db_id != db_id), key=lambda q: stable_hash(seed, "sql-shot", db_id, q.id))
+    while len(chosen) < k and remaining:
+        dbs, levels = {q.db_id for q in chosen}, {q.hardness for q in chosen}
+        best = min(remaining, key=lambda q: (q.db_id in dbs, q.hardness in levels))  # min is stable: hash order
+        chosen.append(best)
+        remaining.remove(best)
+    if len(chosen) < k:
+        raise ValueError(f"only {len(chosen)} examples on databases other than {db_id}, {k} asked")
+    return chosen
+
+
+def _example_tables(question: Question) -> Sequence[str]:
+    """The tables an example's gold SQL reads (its record's, else parsed; none when it does not parse)."""
+    if question.tables:
+        return question.tables
+    from sqlenv.data.hardness import tables_used
+
+    try:
+        return tables_used(question.gold_sql)
+    except ValueError:
+        return ()
+
+
+def _ddl(box: Sandbox, tables: Sequence[str] = ()) -> str:
+    """CREATE TABLE text of `tables` (resolved in the database; all tables when none resolve)."""
+    names = [t for t in dict.fromkeys(box.resolve_table(n) for n in tables) if t is not None] or box.table_names()
+    return prompts.schema_ddl([i for i in map(box.table_info, names) if i is not None])
 
 
 def extract_sql(reply: str) -> str | None:
@@ -85,27 +132,40 @@ def play_text_to_sql(
     chat_template_kwargs: dict[str, Any] | None = None,
     progress: bool = True,
     generator: TurnGenerator | None = None,
+    shots: int = 0,
+    example_pool: Sequence[Question] | None = None,
+    seed: int = 0,
 ) -> list[EpisodeRecord]:
     """One greedy reply per question, its SQL executed and scored by EX; records in question order.
 
     Questions are batched by prompt length (left-padded, one batched decode per batch); greedy decoding makes
     the result independent of the batching. `generator` replaces the model's own decoding (tests script it).
+    `shots` worked examples from `example_pool` (default: `questions`) precede each question (module docstring).
     """
     import torch
     from tqdm.auto import tqdm
 
     from sqlenv.eval.rollout import generation_eos_ids
 
+    if shots < 0:
+        raise ValueError(f"shots must be >= 0, got {shots}")
     limits = SandboxLimits(timeout_s=sql_timeout_s)
     boxes: dict[str, Sandbox] = {}
+    pool = list(questions if example_pool is None else example_pool)
+
+    def box_of(db_id: str) -> Sandbox:
+        if db_id not in boxes:
+            boxes[db_id] = Sandbox(db_file(db_dir, db_id), limits)
+        return boxes[db_id]
+
     try:
+        examples: dict[str, list[tuple[Question, str]]] = {}
         prompts_of: list[list[dict[str, str]]] = []
         for q in questions:
-            if q.db_id not in boxes:
-                boxes[q.db_id] = Sandbox(db_file(db_dir, q.db_id), limits)
-            box = boxes[q.db_id]
-            infos = [box.table_info(t) for t in box.table_names()]
-            prompts_of.append(messages(q, prompts.schema_ddl([i for i in infos if i is not None])))
+            if shots and q.db_id not in examples:
+                picked = pick_examples(q.db_id, pool, shots, seed)
+                examples[q.db_id] = [(e, _ddl(box_of(e.db_id), _example_tables(e))) for e in picked]
+            prompts_of.append(messages(q, _ddl(box_of(q.db_id)), examples.get(q.db_id, ())))
         contexts = [
             list(tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=True,
                                                **(chat_template_kwargs or {}))["input_ids"])

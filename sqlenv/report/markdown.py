@@ -192,6 +192,17 @@ def machine_description() -> str:
     return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs"
 
 
+_MODE_WORDS = {"schema=hidden": "schema hidden (table names only)", "schema=full": "full schema in the prompt",
+               "answer=value": "value answers, accuracy by the value verifier",
+               "answer=sql": "SQL answers, accuracy = execution accuracy (EX)"}  # fmt: skip
+
+
+def mode_label(res: Sequence[EvalResult]) -> str:
+    """The environment mode of the results, in words, for every table title (`results.result_mode`)."""
+    modes = list(dict.fromkeys(r.mode for r in res))
+    return "; ".join(", ".join(_MODE_WORDS.get(part, part) for part in mode.split()) for mode in modes) or "—"
+
+
 def _policy_section(res: Sequence[EvalResult], plots: Mapping[str, str]) -> list[str]:
     if not res:
         return ["No evaluation results yet.\n"]
@@ -333,11 +344,12 @@ def render_report(
         f"- {budgets_line(res, training)}",
     ]
     pairs = comparisons_table(res)
-    out = ["# sqlenv report\n", md_table(["", ""], list(header.items())), "## Headline\n", *headline_section(pairs)]
+    mode = f" ({mode_label(res)})" if res else ""
+    out = ["# sqlenv report\n", md_table(["", ""], list(header.items())), f"## Headline{mode}\n", *headline_section(pairs)]
     out += ["## What this report covers\n", "\n".join(covers) + "\n", *_provenance_section(res)]
-    out += ["## Accuracy and behaviour by policy\n", *_policy_section(res, plots)]
-    out += ["## Paired comparisons\n", *_comparison_section(pairs)]
-    out += ["## Accuracy by hardness\n", *_hardness_section(res, plots)]
+    out += [f"## Accuracy and behaviour by policy{mode}\n", *_policy_section(res, plots)]
+    out += [f"## Paired comparisons{mode}\n", *_comparison_section(pairs)]
+    out += [f"## Accuracy by hardness{mode}\n", *_hardness_section(res, plots)]
     out += ["## Learning curves\n", *_curves_section(inputs.curves, plots)]
     out += ["## Transcripts side by side\n", transcripts_markdown(res)]
     failing = _failing_base_section(res)

@@ -10,6 +10,9 @@ Which numbers come from where:
 - Paired comparisons need the episodes, so they use `samples.jsonl`; it must agree with its metrics
   file (same n, same number correct), else loading fails — a stale samples file must not slip into a
   p-value. Pairs are compared only within one question set.
+- Only results of the live environment mode enter (`schema` x `answer`: what the model was shown and how
+  its answers were scored, `result_mode`); pairs are never formed across modes, and every table title
+  states the mode.
 - Only results of the live models enter: given the live model fingerprint of each policy and the live
   question ids of each set (`Live`), a result whose model fingerprint or questions differ (an older
   model's, a by-hand run on another checkpoint) is listed as stale and left out of every table, test,
@@ -44,6 +47,16 @@ TABLE_KEYS = ("n", "correct", "accuracy", "accuracy_low", "accuracy_high", "pars
 CURVE_SUMMARY = {"sft": ("loss",), "grpo": ("reward", "rewards/correctness/mean", "episode/accuracy", "kl")}
 
 
+def result_mode(info: Mapping[str, Any]) -> str:
+    """`schema=<hidden|full> answer=<value|sql>` of a result (metrics.json without its metrics block); results
+    written before the modes existed (or without an env block) were hidden/value. `text_to_sql` for a result
+    not played in the env (its env block is null)."""
+    env = info.get("env", {})
+    if not isinstance(env, dict):
+        return "text_to_sql"
+    return f"schema={env.get('schema', 'hidden')} answer={env.get('answer', 'value')}"
+
+
 @dataclass
 class EvalResult:
     """One policy on one question set: the metrics block, the rest of metrics.json, and the episodes."""
@@ -57,6 +70,10 @@ class EvalResult:
     @property
     def accuracy(self) -> float:
         return float(self.metrics["accuracy"] or 0.0)
+
+    @property
+    def mode(self) -> str:
+        return result_mode(self.info)
 
 
 @dataclass
@@ -74,8 +91,11 @@ class Live:
 
     fingerprints: Mapping[str, str | None]
     question_ids: Mapping[str, Sequence[str]]
+    mode: str | None = None  # the live environment mode (`result_mode` form); None: not checked
 
     def why_stale(self, result: EvalResult) -> str | None:
+        if self.mode is not None and result.mode != self.mode:
+            return f"played in mode {result.mode}, not the live {self.mode}"
         model = result.info.get("model") if isinstance(result.info.get("model"), dict) else {}
         played = model.get("fingerprint")
         if result.policy not in self.fingerprints:
@@ -204,10 +224,12 @@ def comparisons_table(results: Sequence[EvalResult]) -> pd.DataFrame:
     """Every pair of policies with episodes on the same set; `a` is the later (more trained) policy."""
     rows = []
     for set_name in SETS:
-        # Reversed POLICIES order, so `difference` reads "more trained minus less trained".
-        group = {r.policy: r.records for r in reversed(results) if r.set == set_name and r.records is not None}
-        if len(group) >= 2:
-            rows += [{"set": set_name, **row} for row in paired_comparisons(group, ALPHA)]
+        for mode in dict.fromkeys(r.mode for r in results):  # never a pair across modes
+            # Reversed POLICIES order, so `difference` reads "more trained minus less trained".
+            group = {r.policy: r.records for r in reversed(results)
+                     if r.set == set_name and r.mode == mode and r.records is not None}  # fmt: skip
+            if len(group) >= 2:
+                rows += [{"set": set_name, **row} for row in paired_comparisons(group, ALPHA)]
     columns = ["set", "a", "b", "n", "accuracy_a", "accuracy_b", "difference", "difference_low",
                "difference_high", "only_a_correct", "only_b_correct", "mcnemar_p"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)

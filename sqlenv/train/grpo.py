@@ -53,12 +53,13 @@ from sqlenv.data.questions import load_questions_file
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.rewards import COMPONENTS
-from sqlenv.env.trl_adapter import SQLAgentEnv
+from sqlenv.env.trl_adapter import SQLAgentEnv, SQLAnswerAgentEnv, agent_env_class
 from sqlenv.provenance import chat_template_kwargs
 from sqlenv.types import Question, strict_kwargs
 
 STAGES = {1: "grpo_phase1", 2: "grpo_phase2"}
-ENV_REWARD_NAME = SQLAgentEnv.__name__  # how TRL names the environment's get_reward column
+# How TRL names the environment's get_reward column: after the adapter class, one per answer mode.
+ENV_REWARD_NAMES = (SQLAgentEnv.__name__, SQLAnswerAgentEnv.__name__)
 TOOL_CALL_TAG = "<tool_call>"
 EPISODE_METRICS = (
     "episode/accuracy", "episode/answered", "episode/turns", "episode/tool_calls", "episode/tokens",
@@ -164,12 +165,10 @@ def plan_batches(batch_size: int, gradient_accumulation_steps: int, num_generati
 
 
 # ------------------------------------------------------------------------------------------- dataset
-def dataset_rows(questions: Sequence[Question]) -> list[dict[str, Any]]:
-    """One row per question: its fields (for `SQLAgentEnv.reset(**row)`) + `prompt` = [system, user]."""
-    return [
-        {**q.to_dict(), "prompt": [{"role": "system", "content": prompts.SYSTEM_PROMPT}, prompts.user_message(q)]}
-        for q in questions
-    ]
+def dataset_rows(questions: Sequence[Question], system: str = prompts.SYSTEM_PROMPT) -> list[dict[str, Any]]:
+    """One row per question: its fields (for `SQLAgentEnv.reset(**row)`) + `prompt` = [system, user], with the
+    environment's system prompt (`EnvConfig.system_prompt`)."""
+    return [{**q.to_dict(), "prompt": [{"role": "system", "content": system}, prompts.user_message(q)]} for q in questions]
 
 
 # ------------------------------------------------------------------------------------------- rewards
@@ -341,7 +340,7 @@ def build_trainer(
         examples = few_shot_examples(questions, 2, db_dir=db_dir, env_config=settings.env, seed=settings.seed)
         shown = {e.question_id for e in examples}
         questions = [q for q in questions if q.id not in shown]  # never train on a question whose answer is shown
-        few_shot_system = few_shot_system_prompt(2, examples)
+        few_shot_system = few_shot_system_prompt(2, examples, system=settings.env.system_prompt)
     peft_config = None
     if settings.lora:
         peft_config = LoraConfig(
@@ -359,9 +358,9 @@ def build_trainer(
         model=str(model_path),
         reward_funcs=component_reward_funcs(),
         args=config,
-        train_dataset=Dataset.from_list(dataset_rows(questions)),
+        train_dataset=Dataset.from_list(dataset_rows(questions, settings.env.system_prompt)),
         peft_config=peft_config,
-        environment_factory=functools.partial(SQLAgentEnv, db_dir=str(db_dir), config=settings.env),
+        environment_factory=functools.partial(agent_env_class(settings.env), db_dir=str(db_dir), config=settings.env),
         callbacks=list(callbacks),
         few_shot_system=few_shot_system,
         few_shot_steps=settings.few_shot_steps,

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlenv.env.rewards import COMPONENTS
 from sqlenv.provenance import PROVENANCE_FILE, model_fingerprint, read_provenance
-from sqlenv.train.grpo import ENV_REWARD_NAME, EPISODE_METRICS
+from sqlenv.train.grpo import ENV_REWARD_NAMES, EPISODE_METRICS
 from sqlenv.train.merge import save_trained
 
 CHECKPOINT_MARKER = "sqlenv_checkpoint.json"
@@ -124,9 +124,10 @@ def save_final_model(trainer, start_model: str | os.PathLike[str], out_dir: str 
 
 
 # ----------------------------------------------------------------------------------- curve, transcripts
+ENV_REWARD_COLUMN = "rewards/env/mean"  # the environment's get_reward, whichever adapter class TRL named it after
 CURVE_COLUMNS = (
     "step", "reward", "reward_std", "frac_reward_zero_std", "loss", "kl", "entropy", "grad_norm", "learning_rate",
-    *(f"rewards/{c}/mean" for c in COMPONENTS), f"rewards/{ENV_REWARD_NAME}/mean",
+    *(f"rewards/{c}/mean" for c in COMPONENTS), ENV_REWARD_COLUMN,
     "tools/call_frequency", "tools/failure_frequency", *EPISODE_METRICS,
     "completions/mean_length", "completions/clipped_ratio", "step_time",
 )  # fmt: skip
@@ -137,7 +138,10 @@ def curve_rows(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     rows = {}
     for entry in log_history:
         if "reward" in entry and "step" in entry:
-            rows[int(entry["step"])] = {c: entry.get(c) for c in CURVE_COLUMNS}
+            row = {c: entry.get(c) for c in CURVE_COLUMNS}
+            row[ENV_REWARD_COLUMN] = next((entry[f"rewards/{n}/mean"] for n in ENV_REWARD_NAMES
+                                           if f"rewards/{n}/mean" in entry), None)  # fmt: skip
+            rows[int(entry["step"])] = row
     return [rows[s] for s in sorted(rows)]
 
 
@@ -167,6 +171,7 @@ def sample_transcripts(trainer_logs: Mapping[str, Any], step: int, n: int, seed:
     """
     prompts_, completions = list(trainer_logs["prompt"]), list(trainer_logs["completion"])
     rewards, extra = trainer_logs["rewards"], trainer_logs["extra"]
+    env_reward = next((list(rewards[n]) for n in ENV_REWARD_NAMES if n in rewards), None)
     advantages = list(trainer_logs["advantages"])
     picked = sorted(random.Random(seed * 1_000_003 + step).sample(range(len(prompts_)), min(n, len(prompts_))))
     out = []
@@ -174,7 +179,7 @@ def sample_transcripts(trainer_logs: Mapping[str, Any], step: int, n: int, seed:
         record = {
             "step": step,
             "messages": [*prompts_[i], *completions[i]],
-            "reward": list(rewards[ENV_REWARD_NAME])[i] if ENV_REWARD_NAME in rewards else None,
+            "reward": env_reward[i] if env_reward is not None else None,
             "reward_components": {c: list(rewards[c])[i] for c in COMPONENTS if c in rewards},
             "advantage": advantages[i] if i < len(advantages) else None,
         }
