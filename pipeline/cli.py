@@ -1,4 +1,4 @@
-"""The `sqlenv` console script: the domain commands of `sqlenv.cli`, plus `sqlenv eval`.
+"""The `sqlenv` console script: the domain commands of `sqlenv.cli`, plus `sqlenv eval` and `sqlenv publish`.
 
     sqlenv eval --model models/sft --data ../shared/spider --n 200
     sqlenv eval --model DIR --questions data/questions/n200.jsonl --db-dir data/databases --name sft_n200
@@ -24,6 +24,9 @@ the mode a model was trained in (`env.schema`, `env.answer`) is the one to evalu
 with `--data`, every question whose gold SQL runs, as published Spider numbers count them; `--shots k`
 puts k worked examples from other databases of the set before each question).
 It lives here, not in `sqlenv/`, because the domain library never imports MLflow.
+
+`sqlenv publish` (`pipeline.publish`) writes a model folder with a card generated from the committed
+results, validates it offline (`--dry-run` stops there) and uploads it to the Hub.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from pipeline.publish import PUBLISH
 from sqlenv import cli as domain_cli
 from sqlenv.cli import Command, UsageError
 
@@ -230,7 +234,7 @@ EVAL = Command(help="evaluate a model on a question set (Spider folder or questi
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return domain_cli.main(argv, extra={"eval": EVAL})
+    return domain_cli.main(argv, extra={"eval": EVAL, "publish": PUBLISH})
 
 
 if __name__ == "__main__":
