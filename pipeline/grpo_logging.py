@@ -11,7 +11,8 @@ active run, synchronously, at `step = global_step`, with names sanitised to what
 
 Every `transcripts_every` steps it logs a sample of the latest generation batch's episodes (full
 messages, reward components, advantage, verdict) as `transcripts/step_NNNNN.jsonl` and appends them
-to the MLflow table `transcripts.json` (TRL's own completion logging never reaches MLflow).
+to the MLflow table `transcripts.json` (TRL's own completion logging never reaches MLflow), and logs each
+of them as an MLflow trace (`pipeline.results.log_trace`: a TOOL span per call, the reward as an assessment).
 
 On a resumed run (a new MLflow run: params can't change inside one, and the old one was killed),
 the restored `log_history` up to the checkpoint is replayed first, so the new run's curves cover
@@ -29,6 +30,7 @@ import mlflow
 import pandas as pd
 from transformers import TrainerCallback
 
+from pipeline.results import log_feedback, log_trace
 from sqlenv.train.grpo_outputs import render_transcript, sample_transcripts
 
 _BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-. /]")
@@ -100,4 +102,9 @@ class MLflowGRPOLogger(TrainerCallback):
             }
         )
         mlflow.log_table(table, artifact_file="transcripts.json")
+        ids = [log_trace(f"step {r['step']} {r.get('question_id', '')}", r["messages"],  # the MLflow UI's agent view
+                         {"verdict": r.get("verdict"), "reward": r["reward"], "advantage": r["advantage"]},
+                         {"stage_step": r["step"], "question_id": r.get("question_id", ""), "verdict": r.get("verdict", "")})
+               for r in records]  # fmt: skip
+        log_feedback([(i, {"reward": (float(r["reward"] or 0.0), None)}) for i, r in zip(ids, records)])
         self.transcripts_logged += len(records)

@@ -21,8 +21,10 @@ SECTIONS = ("Headline", "Accuracy and behaviour by policy", "Paired comparisons"
 _IMAGE = re.compile(r"^!\[.*\]\(.*\)\s*$")
 
 
-def _section(report: str, title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", report, flags=re.S | re.M)
+def report_section(report: str, title: str) -> str:
+    """The body of the report's `## <title>` section (its heading may carry the environment mode in parentheses),
+    images dropped and subsection headings moved two levels down; ValueError when there is none."""
+    match = re.search(rf"^## {re.escape(title)}(?: \([^\n]*\))?\n(.*?)(?=^## |\Z)", report, flags=re.S | re.M)
     if match is None:
         raise ValueError(f"the report has no section '## {title}'")
     # Images are the report's (relative paths); its subsection headings go two levels down, under the README's.
@@ -39,7 +41,7 @@ def results_block(report: str) -> str:
               f"{header.group(1) if header else '?'}) by `python -m pipeline.readme`; do not edit by hand._")  # fmt: skip
     parts = [source]
     for title in SECTIONS:
-        body = _section(report, title)
+        body = report_section(report, title)
         parts.append(f"#### {title}\n\n{body}" if title != "Headline" else body)
     return "\n\n".join(parts)
 

@@ -1,6 +1,6 @@
 """The smoke profile: the whole DAG with a tiny random model, in a throw-away copy of the repo.
 
-    python -m pipeline.smoke [--keep DIR] [--json FILE]
+    python -m pipeline.smoke [--keep DIR] [--json FILE] [--tracking-uri URI] [--remote DIR]
 
 Copies the repository's files (tracked and untracked-but-not-ignored: no venv, data or
 models) into a temporary folder, builds a tiny random Qwen2 model with the real tokenizer
@@ -9,7 +9,13 @@ there, writes params.yaml = the repo's params.yaml + the overrides in params-smo
 the report exists, that a second `dvc repro` has nothing to do, that a sweep
 (`dvc exp run -S grpo_phase1.beta=…`) reruns only stages downstream of GRPO, and that the other
 environment mode (`-S env.schema=full -S env.answer=sql`: the full schema shown, SQL answers scored
-by execution accuracy) goes through everything after `prepare` and reports in that mode. It proves the DAG
+by execution accuracy) goes through everything after `prepare` and reports in that mode.
+
+`--tracking-uri` runs every stage against that MLflow tracking server instead of the copy's own
+SQLite store (the test suite starts a real `mlflow server` for it). `--remote DIR` then shares the
+result through a DVC remote, as a team would: a local-directory remote is added and committed,
+`dvc push` sends the outputs, a fresh `git clone` of the copy runs `dvc pull`, and every file under
+`models/`, `data/` and `reports/` must come back byte-identical (`dvc status` clean in the clone). It proves the DAG
 wires up — every stage runs its real code path end to end — not that anything learns.
 """
 
@@ -58,7 +64,7 @@ def _run(cmd: list[str], cwd: Path, env: dict) -> tuple[float, str]:
     return time.perf_counter() - start, proc.stdout + proc.stderr
 
 
-def run_smoke(workdir: Path) -> dict:
+def run_smoke(workdir: Path, tracking_uri: str | None = None, remote: Path | None = None) -> dict:
     from sqlenv.train.tiny_model import build_tiny_model
 
     root = repo_root()
@@ -74,6 +80,8 @@ def run_smoke(workdir: Path) -> dict:
     env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")}
     for var in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "DVC_ROOT", "SQLENV_PARAMS"):
         env.pop(var, None)
+    if tracking_uri:
+        env["MLFLOW_TRACKING_URI"] = tracking_uri
     git = ["git", "-c", "user.name=smoke", "-c", "user.email=smoke@localhost"]
     _run(git + ["init", "-q"], workdir, env)
     _run(git + ["add", "-A"], workdir, env)
@@ -100,11 +108,46 @@ def run_smoke(workdir: Path) -> dict:
         raise SystemExit(f"smoke: an env.schema/env.answer run should rerun everything after prepare; it ran {moded}")
     if "| Environment mode | schema=full answer=sql |" not in report.read_text():
         raise SystemExit("smoke: the full-schema, SQL-answer run's report does not state its mode")
-    return {
+    result = {
         "repro_s": round(repro_s, 1), "noop_repro_s": round(noop_s, 1), "stages_run": _stages_run(log),
         "sweep_s": round(sweep_s, 1), "sweep_stages_run": swept, "modes_s": round(modes_s, 1),
         "modes_stages_run": moded,
     }
+    if remote is not None:
+        result["remote"] = remote_round_trip(workdir, remote, git, env)
+    return result
+
+
+SHARED = ("models", "data", "reports")
+
+
+def _files(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.md5(p.read_bytes()).hexdigest()
+            for top in SHARED for p in sorted((root / top).rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def remote_round_trip(workdir: Path, remote: Path, git: list[str], env: dict) -> dict:
+    """`dvc push` the workspace's outputs to a local-directory remote and `dvc pull` them into a fresh clone:
+    every file under SHARED must come back byte-identical. Returns counts and timings."""
+    _run(["dvc", "remote", "add", "-d", "shared", str(remote)], workdir, env)
+    _run(git + ["add", "-A"], workdir, env)
+    _run(git + ["commit", "-qm", "smoke: results and the shared remote"], workdir, env)
+    push_s, _ = _run(["dvc", "push"], workdir, env)
+    clone = workdir.parent / (workdir.name + "-clone")
+    _run(["git", "clone", "-q", str(workdir), str(clone)], workdir.parent, env)
+    pull_s, _ = _run(["dvc", "pull"], clone, env)
+    _, status = _run(["dvc", "status"], clone, env)
+    theirs, ours = _files(clone), _files(workdir)
+    missing = sorted(ours.keys() - theirs.keys())
+    differ = sorted(k for k in ours.keys() & theirs.keys() if theirs[k] != ours[k])
+    if missing or differ:
+        raise SystemExit(f"smoke: dvc pull in a fresh clone did not restore the outputs: missing {missing[:5]}, "
+                         f"different {differ[:5]}")  # fmt: skip
+    if "up to date" not in status.lower():
+        raise SystemExit(f"smoke: dvc status in the pulled clone is not clean:\n{status[-2000:]}")
+    return {"files": len(theirs), "push_s": round(push_s, 1), "pull_s": round(pull_s, 1), "clone": str(clone)}
 
 
 def _stages_run(log: str) -> list[str]:
@@ -115,13 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keep", type=Path, help="run in this (new) folder and keep it, instead of a temp folder")
     parser.add_argument("--json", type=Path, help="also write the result JSON here")
+    parser.add_argument("--tracking-uri", help="run the stages against this MLflow tracking server")
+    parser.add_argument("--remote", type=Path, help="then push to this (new) local DVC remote and pull into a fresh clone")
     args = parser.parse_args(argv)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=False)
-        result = run_smoke(args.keep)
+        result = run_smoke(args.keep, args.tracking_uri, args.remote)
     else:
         with tempfile.TemporaryDirectory(prefix="sqlenv-smoke-") as tmp:
-            result = run_smoke(Path(tmp))
+            result = run_smoke(Path(tmp) / "repo", args.tracking_uri, args.remote)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

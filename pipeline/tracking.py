@@ -4,7 +4,10 @@ Where the store lives: `$MLFLOW_TRACKING_URI` if set, else a SQLite store `mlflo
 the repository root resolved against `DVC_ROOT`. DVC runs queued and `--temp` experiments
 in a throw-away copy of the repo; a store path relative to the working directory would be
 created (and lost) inside that copy, so the root comes from DVC_ROOT, which DVC points
-at the real workspace. Artifacts go to `mlartifacts/` beside the store for the same reason.
+at the real workspace. Artifacts go to `mlartifacts/` beside a local store for the same reason;
+with a tracking server (`MLFLOW_TRACKING_URI=http://…`) the experiment is created without an
+artifact location, so the server's own (proxied `mlflow-artifacts:`) root takes the artifacts and
+nothing is written to a local path (`make test` checks this against a real `mlflow server`).
 
 Tags on every run: `stage`, `git_commit` (+ `git_dirty`), `dvc_exp_name`,
 `dvc_exp_baseline_rev`, `params_hash` (of exactly the params the stage read), `env_schema` and
@@ -74,7 +77,8 @@ def _experiment_id() -> str:
     exp = mlflow.get_experiment_by_name(EXPERIMENT_NAME)
     if exp is not None:
         return exp.experiment_id
-    artifacts = (repo_root() / "mlartifacts").as_uri()
+    served = tracking_uri().startswith(("http://", "https://", "databricks"))
+    artifacts = None if served else (repo_root() / "mlartifacts").as_uri()
     try:
         return mlflow.create_experiment(EXPERIMENT_NAME, artifact_location=artifacts)
     except mlflow.exceptions.MlflowException:

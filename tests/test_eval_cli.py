@@ -122,3 +122,19 @@ def test_full_schema_and_ex_metric_play_the_agent_in_that_mode(tiny, questions_f
     samples = [json.loads(x) for x in (Path(summary["out"]) / "samples.jsonl").read_text().splitlines()]
     assert all("Database schema:\nCREATE TABLE" in s["messages"][1]["content"] for s in samples)
     assert all("answer(sql)" in s["messages"][0]["content"] for s in samples)
+
+
+def test_models_load_on_the_device_evaluation_picks(tiny, monkeypatch):
+    """One device choice for every evaluation load: CUDA when torch sees a GPU, `SQLENV_DEVICE` overriding."""
+    import torch
+
+    from sqlenv.eval.harness import device, load_model
+
+    monkeypatch.delenv("SQLENV_DEVICE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert device() == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device() == "cpu"
+    monkeypatch.setenv("SQLENV_DEVICE", "meta")  # a device every torch build has: the load must honour it
+    model, _ = load_model(tiny, "float32")
+    assert model.device.type == "meta"

@@ -26,6 +26,7 @@ from sqlenv.train.grpo import (
     phase_sections,
     phase_settings,
     plan_batches,
+    vllm_arguments,
 )
 from sqlenv.train.grpo_outputs import (
     CHECKPOINT_MARKER,
@@ -81,6 +82,29 @@ def test_trl_accepts_the_plan_on_odd_settings(tmp_path):
     p["grpo_phase1"]["num_generations"] = 5
     config = grpo_config(phase_settings(phase_sections(p, 1), 1), tmp_path)
     assert config.generation_batch_size == 15 and config.steps_per_generation == config.gradient_accumulation_steps == 5
+
+
+@pytest.mark.parametrize("use_vllm, expected", [("off", (False, None)), ("colocate", (True, "colocate")),
+                                                 ("server", (True, "server"))])
+def test_use_vllm_maps_onto_trls_use_vllm_and_vllm_mode(tmp_path, use_vllm, expected):
+    p = repo_params()
+    p["grpo"]["use_vllm"] = use_vllm
+    config = grpo_config(phase_settings(phase_sections(p, 1), 1), tmp_path)
+    assert (config.use_vllm, config.vllm_mode if config.use_vllm else None) == expected
+    with pytest.raises(ValueError, match="grpo.use_vllm must be one of"):
+        vllm_arguments("on")
+
+
+def test_use_vllm_without_vllm_installed_is_a_clear_error(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    p = repo_params()
+    p["grpo"]["use_vllm"] = "colocate"
+    with pytest.raises(ValueError, match="needs vLLM"):
+        build_trainer(phase_settings(phase_sections(p, 1), 1), model_path=tmp_path, questions_file=tmp_path / "q.jsonl",
+                      db_dir=tmp_path, checkpoint_dir=tmp_path / "ck")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------- phase params

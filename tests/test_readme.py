@@ -44,6 +44,21 @@ def test_block_generation_round_trip():
         results_block("# empty\n")
 
 
+def test_the_block_reads_a_report_rendered_today():
+    """Section headings now carry the environment mode: the README block is still read from them."""
+    from sqlenv.report.markdown import render_report
+    from sqlenv.report.results import load_inputs
+
+    report = REPORT.read_text()
+    inputs = load_inputs(ROOT / "reports/eval", {c: ROOT / "nowhere.csv" for c in ("sft", "grpo_phase1", "grpo_phase2")})
+    fresh = render_report(inputs, {"Date": "today", "Git commit": "abc"}, {})
+    assert "## Headline (schema hidden (table names only), value answers" in fresh
+    block = results_block(fresh)
+    headline = report.split("## Headline\n", 1)[1].strip().splitlines()[0]
+    assert headline.startswith("**grpo_phase2 vs sft on n200**") and headline in block
+    assert "| n200 | sft | 200 | 47.5 % [" in block and "#### Accuracy by hardness" not in block
+
+
 def test_readme_comparable_numbers_equal_the_committed_result():
     """The README's base_sql row is read from the committed `sqlenv eval --protocol text_to_sql` result."""
     doc = json.loads((ROOT / "reports/comparable/base_sql_spider_dev/metrics.json").read_text())
@@ -52,3 +67,37 @@ def test_readme_comparable_numbers_equal_the_committed_result():
     row = f"| {m['n']} | {100 * m['accuracy']:.1f} % [{100 * m['accuracy_low']:.1f}, {100 * m['accuracy_high']:.1f}] |"
     (line,) = [x for x in (ROOT / "README.md").read_text().splitlines() if x.startswith("| sqlenv `base_sql`")]
     assert row in line, (row, line)
+
+
+def test_readme_agent_rows_equal_the_committed_results():
+    """Each committed agent result of `sqlenv eval --metric ex` (reports/comparable/sft_spider_heldout_*) has its
+    README row with the EX and value accuracy read from its metrics.json, and states its mode."""
+    folders = sorted((ROOT / "reports/comparable").glob("sft_spider_heldout_*_ex"))
+    assert folders, "no committed agent result"
+    lines = (ROOT / "README.md").read_text().splitlines()
+    pct = lambda m, k: f"{100 * m[k]:.1f} % [{100 * m[k + '_low']:.1f}, {100 * m[k + '_high']:.1f}]"  # noqa: E731
+    for folder in folders:
+        doc = json.loads((folder / "metrics.json").read_text())
+        m = doc["metrics"]
+        assert doc["env"]["answer"] == "sql" and m["n"] == doc["n"]
+        (line,) = [x for x in lines if x.startswith(f"| sqlenv agent `{folder.name}`")]
+        assert f"schema {doc['env']['schema']}" in line and f"| {m['n']} | {pct(m, 'accuracy')} |" in line, line
+        assert f"value {pct(m, 'value_accuracy')}" in line, line
+
+
+def test_readme_schema_mode_comparison_is_computed_from_the_committed_episodes():
+    from sqlenv.eval.stats import mcnemar_exact, paired_difference
+
+    def verdicts(mode):
+        path = ROOT / f"reports/comparable/sft_spider_heldout_{mode}_ex/samples.jsonl"
+        return {r["question_id"]: r["correct"] for r in map(json.loads, path.read_text().splitlines())}
+
+    full, hidden = verdicts("full"), verdicts("hidden")
+    assert full.keys() == hidden.keys()  # the same held-out questions: a paired comparison
+    ids = sorted(full)
+    a, b = [full[i] for i in ids], [hidden[i] for i in ids]
+    only_b, only_a, p = mcnemar_exact(a, b)
+    d = paired_difference(a, b, 0.05)
+    sentence = (f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] points, {only_a} questions "
+                f"right only with\nit, {only_b} only without, exact McNemar p = {p:.4f}")
+    assert sentence in (ROOT / "README.md").read_text(), sentence

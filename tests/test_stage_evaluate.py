@@ -40,6 +40,33 @@ def test_random_on_n200_and_n50_read_off_it(workdir):
     assert json.loads((workdir / "reports/eval/random_n50/metrics.json").read_text())["played_on"] == "n200"
 
 
+def test_every_episode_is_an_mlflow_trace_of_its_run(workdir):
+    """A trace per evaluated episode, linked to the evaluate run: a TOOL span per executed call with its
+    arguments and observation, the verdict and reward as assessments."""
+    import mlflow
+
+    run_stage(workdir, "evaluate", *RANDOM_N200)
+    mlflow.set_tracking_uri(f"sqlite:///{workdir / 'mlflow.db'}")
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name("sqlenv")
+    (run,) = client.search_runs([experiment.experiment_id], "tags.policy = 'random' and tags.eval_set = 'n200'",
+                                order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
+    traces = mlflow.search_traces(locations=[experiment.experiment_id], run_id=run.info.run_id, return_type="list")
+    samples = [json.loads(s) for s in (workdir / "reports/eval/random_n200/samples.jsonl").read_text().splitlines()]
+    assert len(traces) == len(samples) == 30
+    by_question = {t.info.tags["question_id"]: t for t in traces}
+    sample = samples[0]
+    trace = by_question[sample["question_id"]]
+    tools = [s for s in trace.data.spans if s.span_type == "TOOL"]
+    executed = [c for m in sample["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+    assert [s.name for s in tools] == [c["function"]["name"] for c in executed][: len(tools)] and tools
+    tool_messages = [m["content"] for m in sample["messages"] if m["role"] == "tool"]
+    assert [s.outputs for s in tools] == tool_messages[: len(tools)]
+    assessments = {a.name: a for a in trace.info.assessments}
+    assert assessments["correct"].value is sample["correct"] and assessments["reward"].value == sample["reward"]
+    assert trace.info.tags["policy"] == "random" and trace.info.tags["set"] == "n200"
+
+
 def test_model_policy_and_report(workdir):
     run_stage(workdir, "evaluate", "--policy", "base", "--set", "n50", "--source", "models/base")
     metrics = json.loads((workdir / "reports/eval/base_n50/metrics.json").read_text())

@@ -86,15 +86,25 @@ def load_spider_questions(
     return verified, db_dir, dict(sorted(counts.items()))
 
 
+def device() -> str:
+    """Where evaluation runs: `$SQLENV_DEVICE` if set, else CUDA when torch sees a GPU, else the CPU. The decode
+    loop creates every tensor on `model.device`, so this one choice moves the whole evaluation."""
+    import torch
+
+    return os.environ.get("SQLENV_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def load_model(model_dir: str | os.PathLike[str], dtype: str) -> tuple[Any, Any]:
-    """(model, tokenizer) of a Hugging Face model folder, the model in `dtype`; FileNotFoundError without one."""
+    """(model, tokenizer) of a Hugging Face model folder, the model in `dtype` on `device()`; FileNotFoundError
+    without one."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"no model at {model_dir} (a Hugging Face folder with config.json)")
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)), AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device())
+    return model, AutoTokenizer.from_pretrained(model_dir)
 
 
 def play(

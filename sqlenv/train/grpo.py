@@ -104,6 +104,7 @@ class PhaseSettings:
     lora_r: int
     lora_alpha: int
     few_shot_steps: int
+    use_vllm: str  # off | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
     transcripts_every: int
     transcripts_per_log: int
     dtype: str
@@ -260,6 +261,18 @@ def _trainer_class():
     return SQLAgentGRPOTrainer
 
 
+VLLM_MODES = ("off", "colocate", "server")
+
+
+def vllm_arguments(use_vllm: str) -> dict[str, Any]:
+    """`grpo.use_vllm` as TRL 1.16's GRPOConfig arguments: off -> HF generation on the training device;
+    colocate / server -> `use_vllm=True` with that `vllm_mode` (vLLM inside the trainer's process, or a
+    separate `trl vllm-serve` server the trainer syncs weights to)."""
+    if use_vllm not in VLLM_MODES:
+        raise ValueError(f"grpo.use_vllm must be one of {VLLM_MODES}, got {use_vllm!r}")
+    return {"use_vllm": False} if use_vllm == "off" else {"use_vllm": True, "vllm_mode": use_vllm}
+
+
 def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str], template_kwargs: Mapping[str, Any] | None = None):
     """The GRPOConfig of a phase (checkpoints to `checkpoint_dir`, no reporting: pipeline/ logs)."""
     from trl import GRPOConfig
@@ -285,6 +298,7 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
         top_p=settings.top_p,
         max_completion_length=settings.max_completion_length,
         max_tool_calling_iterations=settings.env.step_budget,
+        **vllm_arguments(settings.use_vllm),
         mask_truncated_completions=True,
         reward_weights=[0.0] * len(COMPONENTS),  # the env's get_reward (weight 1) is appended by TRL
         model_init_kwargs={"dtype": settings.dtype},
@@ -334,6 +348,11 @@ def build_trainer(
     from datasets import Dataset
     from peft import LoraConfig
 
+    if settings.use_vllm != "off":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError(f"grpo.use_vllm: {settings.use_vllm} needs vLLM (`pip install vllm`, a GPU build)")
     questions = load_questions_file(questions_file, settings.difficulties)
     few_shot_system = None
     if settings.few_shot_steps:
