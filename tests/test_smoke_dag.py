@@ -45,7 +45,8 @@ def mlflow_server(tmp_path):
     cmd = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
            "--backend-store-uri", f"sqlite:///{home / 'store.db'}", "--artifacts-destination", str(home / "artifacts"),
            "--workers", "1"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = (home / "server.log").open("w")  # a file, not a pipe: an unread pipe fills and blocks the server
+    proc = subprocess.Popen(cmd, cwd=home, stdout=log, stderr=subprocess.STDOUT, text=True)
     uri = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
@@ -55,7 +56,7 @@ def mlflow_server(tmp_path):
                         break
             except OSError:
                 if proc.poll() is not None:
-                    pytest.fail(f"mlflow server exited: {proc.stdout.read()[-2000:]}")
+                    pytest.fail(f"mlflow server exited: {(home / 'server.log').read_text()[-2000:]}")
                 time.sleep(1)
         else:
             pytest.fail("mlflow server did not answer /health within 120 s")
@@ -66,6 +67,7 @@ def mlflow_server(tmp_path):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
         shutil.rmtree(home, ignore_errors=True)
 
 
