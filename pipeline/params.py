@@ -123,7 +123,7 @@ class GRPOParams:
     transcripts_every: int
     transcripts_per_log: int
     few_shot_steps: int
-    use_vllm: Literal["off", "colocate", "server"]
+    use_vllm: Literal["none", "colocate", "server"]
 
 
 @dataclass(frozen=True)

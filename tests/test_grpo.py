@@ -84,7 +84,7 @@ def test_trl_accepts_the_plan_on_odd_settings(tmp_path):
     assert config.generation_batch_size == 15 and config.steps_per_generation == config.gradient_accumulation_steps == 5
 
 
-@pytest.mark.parametrize("use_vllm, expected", [("off", (False, None)), ("colocate", (True, "colocate")),
+@pytest.mark.parametrize("use_vllm, expected", [("none", (False, None)), ("colocate", (True, "colocate")),
                                                  ("server", (True, "server"))])
 def test_use_vllm_maps_onto_trls_use_vllm_and_vllm_mode(tmp_path, use_vllm, expected):
     p = repo_params()

@@ -104,7 +104,7 @@ class PhaseSettings:
     lora_r: int
     lora_alpha: int
     few_shot_steps: int
-    use_vllm: str  # off | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
+    use_vllm: str  # none | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
     transcripts_every: int
     transcripts_per_log: int
     dtype: str
@@ -261,16 +261,16 @@ def _trainer_class():
     return SQLAgentGRPOTrainer
 
 
-VLLM_MODES = ("off", "colocate", "server")
+VLLM_MODES = ("none", "colocate", "server")  # not "off": DVC rewrites params.yaml as YAML 1.2, and 1.1 reads off as False
 
 
 def vllm_arguments(use_vllm: str) -> dict[str, Any]:
-    """`grpo.use_vllm` as TRL 1.16's GRPOConfig arguments: off -> HF generation on the training device;
+    """`grpo.use_vllm` as TRL 1.16's GRPOConfig arguments: none -> HF generation on the training device;
     colocate / server -> `use_vllm=True` with that `vllm_mode` (vLLM inside the trainer's process, or a
     separate `trl vllm-serve` server the trainer syncs weights to)."""
     if use_vllm not in VLLM_MODES:
         raise ValueError(f"grpo.use_vllm must be one of {VLLM_MODES}, got {use_vllm!r}")
-    return {"use_vllm": False} if use_vllm == "off" else {"use_vllm": True, "vllm_mode": use_vllm}
+    return {"use_vllm": False} if use_vllm == "none" else {"use_vllm": True, "vllm_mode": use_vllm}
 
 
 def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str], template_kwargs: Mapping[str, Any] | None = None):
@@ -348,7 +348,7 @@ def build_trainer(
     from datasets import Dataset
     from peft import LoraConfig
 
-    if settings.use_vllm != "off":
+    if settings.use_vllm != "none":
         import importlib.util
 
         if importlib.util.find_spec("vllm") is None:
