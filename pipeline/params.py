@@ -148,6 +148,12 @@ class EvaluateParams:
 
 
 @dataclass(frozen=True)
+class LaunchParams:
+    num_processes: int
+    config: str
+
+
+@dataclass(frozen=True)
 class Params:
     seed: int
     data: DataParams
@@ -161,6 +167,7 @@ class Params:
     grpo_phase1: GRPOPhaseParams
     grpo_phase2: GRPOPhaseParams
     evaluate: EvaluateParams
+    launch: LaunchParams
 
     def section(self, name: str) -> Any:
         return getattr(self, name)

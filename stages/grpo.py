@@ -4,7 +4,8 @@
     python -m stages.grpo --phase 2   (models/grpo_phase1 -> models/grpo_phase2; easy + medium)
 
 Params: seed, env, rewards, model.dtype, model.enable_thinking, grpo, grpo_phase<N> (never the
-other phase's section). Outs: models/<stage>/ (merged plain model), reports/<stage>/metrics.json and
+other phase's section), launch (`launch.num_processes > 1`: the stage runs under `accelerate launch`,
+`pipeline.launch`; every process trains, the main one writes the outs, checkpoint markers and MLflow). Outs: models/<stage>/ (merged plain model), reports/<stage>/metrics.json and
 curve.csv (one row per step). Crash safety: checkpoints in checkpoints/<stage>/ (outside the DVC
 outs); a rerun after a kill resumes from the newest compatible one (same params hash and starting
 model fingerprint), else starts fresh and says why; they are removed once the outs are written.
@@ -24,9 +25,9 @@ import pandas as pd
 from pipeline import paths
 from pipeline.grpo_logging import MLflowGRPOLogger
 from pipeline.io import atomic_dir, atomic_write_json, atomic_write_text
+from pipeline.launch import main_stage_run, run_training_stage
 from pipeline.params import load_params, params_hash
-from pipeline.stage import run_stage
-from pipeline.tracking import log_metrics, stage_run
+from pipeline.tracking import log_metrics
 from sqlenv.provenance import model_fingerprint
 from sqlenv.train.grpo import (
     STAGES,
@@ -43,6 +44,7 @@ from sqlenv.train.grpo_outputs import (
     save_final_model,
     summarize_curve,
 )
+from sqlenv.train.processes import is_main_process, world_size
 from sqlenv.train.trl_patches import compact_lm_head
 
 START_MODEL = {1: paths.MODELS / "sft", 2: paths.MODELS / STAGES[1]}
@@ -53,6 +55,7 @@ def main(phase: int) -> None:
     stage = STAGES[phase]
     params = load_params()
     read = phase_sections(dataclasses.asdict(params), phase)
+    read["launch"] = dataclasses.asdict(params.launch)  # in the resume key too: a step's batch depends on it
     settings = phase_settings(read, phase)
     start = START_MODEL[phase]
     if not (start / "config.json").is_file():
@@ -60,25 +63,32 @@ def main(phase: int) -> None:
     questions, ckpt_dir = paths.questions_file("train"), paths.CHECKPOINTS / stage
     start_fp = model_fingerprint(start)
     run_key = {"params_hash": params_hash(read), "start_fingerprint": start_fp}
-    plan = plan_batches(settings.batch_size, settings.gradient_accumulation_steps, settings.num_generations)
+    plan = plan_batches(settings.batch_size, settings.gradient_accumulation_steps, settings.num_generations, world_size())
+    main_process = is_main_process()
 
-    with stage_run(stage, read):
-        resume = prepare_checkpoints(ckpt_dir, run_key)
+    with main_stage_run(stage, read):
+        # Every process picks the same checkpoint; only the main one removes the others.
+        resume = prepare_checkpoints(ckpt_dir, run_key, remove=main_process)
         log.info("%s", resume.reason)
-        mlflow.set_tags({"start_model": str(start), "start_fingerprint": start_fp, "resume": resume.reason})
-        mlflow.log_params({"derived.gradient_accumulation_steps": plan.gradient_accumulation_steps,
-                           "derived.generation_batch_size": plan.generation_batch_size,
-                           "derived.prompts_per_step": plan.prompts_per_step})  # fmt: skip
         logger = MLflowGRPOLogger(settings.transcripts_every, settings.transcripts_per_log, settings.seed)
+        callbacks = [logger, checkpoint_marker_callback(run_key, resume.elapsed_s)] if main_process else []
+        if main_process:
+            mlflow.set_tags({"start_model": str(start), "start_fingerprint": start_fp, "resume": resume.reason})
+            mlflow.log_params({"derived.gradient_accumulation_steps": plan.gradient_accumulation_steps,
+                               "derived.generation_batch_size": plan.generation_batch_size,
+                               "derived.prompts_per_step": plan.prompts_per_step,
+                               "derived.processes": plan.world_size})  # fmt: skip
         trainer = build_trainer(
             settings, model_path=start, questions_file=questions, db_dir=paths.DATABASES, checkpoint_dir=ckpt_dir,
-            callbacks=[logger, checkpoint_marker_callback(run_key, resume.elapsed_s)],
+            callbacks=callbacks,
         )  # fmt: skip
         logger.attach(trainer)
         t0 = time.monotonic()
         with compact_lm_head():
             trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
         train_s = time.monotonic() - t0
+        if not main_process:
+            return
         wall = resume.elapsed_s + train_s  # training time across resumes (to the last checkpoint before a kill)
 
         info = {"stage": stage, "steps": trainer.state.global_step, "params_hash": run_key["params_hash"],
@@ -97,6 +107,7 @@ def main(phase: int) -> None:
             "wall_time_s": round(wall, 1),
             "seconds_per_step": round(train_s / steps_run, 2) if steps_run else None,
             "rollouts_per_step": plan.generation_batch_size,
+            "processes": plan.world_size,
             "model_fingerprint": fingerprint,
             "start_fingerprint": start_fp,
         }
@@ -113,4 +124,4 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase", type=int, choices=sorted(STAGES), required=True)
     phase = parser.parse_args().phase
-    run_stage(STAGES[phase], lambda: main(phase))
+    run_training_stage(STAGES[phase], "stages.grpo", lambda: main(phase))

@@ -1,11 +1,12 @@
 """DVC stage `sft`: multi-turn SFT warm-up of the base model on the verified trajectories.
 
-    python -m stages.sft                    (params: seed, sft, model.dtype)
+    python -m stages.sft                    (params: seed, sft, model.dtype, launch)
 
 Reads data/sft/train.jsonl and models/base/. Outs: models/sft/ (the merged model only; the trainer's
 output_dir is checkpoints/sft/, outside every DVC out), reports/sft/metrics.json, reports/sft/loss.csv
 (DVC plots). How the saved model plays is the evaluation's to say (`evaluate@sft_n200` loads it from
-disk), so training never touches an evaluation question.
+disk), so training never touches an evaluation question. With `launch.num_processes > 1` it runs under
+`accelerate launch` (`pipeline.launch`): every process trains, the main one writes the outs and MLflow.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import pandas as pd
 
 from pipeline import paths
 from pipeline.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl
+from pipeline.launch import main_stage_run, run_training_stage
 from pipeline.params import load_params, section_dict
-from pipeline.stage import run_stage
-from pipeline.tracking import log_metrics, stage_run
+from pipeline.tracking import log_metrics
+from sqlenv.train.processes import is_main_process, world_size
 from sqlenv.train.sft import TrainConfig, train_sft
 
 STAGE = "sft"
@@ -53,12 +55,16 @@ def main() -> None:
     read = section_dict(params, "seed", "sft")
     read["model"] = {"dtype": params.model.dtype}
     read["env"] = {"schema": params.env.schema, "answer": params.env.answer}  # the mode of its data: run tags
-    with stage_run(STAGE, read) as run:
+    read["launch"] = section_dict(params, "launch")["launch"]
+    with main_stage_run(STAGE, read) as run:
         t0 = time.monotonic()
         if not (BASE / "config.json").is_file():
             raise FileNotFoundError(f"base model not found: {BASE} (run the prepare_model stage)")
         records = read_jsonl(paths.SFT_DATA / "train.jsonl")
         config = TrainConfig.from_params(read["sft"], seed=params.seed, dtype=params.model.dtype, report_to=("mlflow",))
+        if not is_main_process():  # trains alongside the main process, which saves and logs
+            train_sft(records, BASE, None, config, output_dir=paths.CHECKPOINTS / STAGE)
+            return
         with atomic_dir(OUT) as tmp, trainer_logs_into_active_run():
             result = train_sft(records, BASE, tmp, config, output_dir=paths.CHECKPOINTS / STAGE)
         if mlflow.active_run() is None or mlflow.active_run().info.run_id != run.info.run_id:
@@ -67,7 +73,7 @@ def main() -> None:
         atomic_write_text(paths.report_dir(STAGE) / "loss.csv", curve.to_csv(index=False))
         train_s = time.monotonic() - t0
 
-        metrics = {**result.metrics(), "wall_s": {"train_and_save": round(train_s, 1)}}
+        metrics = {**result.metrics(), "processes": world_size(), "wall_s": {"train_and_save": round(train_s, 1)}}
         atomic_write_json(paths.metrics_file(STAGE), metrics)
         log_metrics({k: metrics[k] for k in ("dataset", "steps", "step_s", "train_wall_s")}, prefix="sft/")
         log_metrics(metrics["wall_s"], prefix="wall_s/")
@@ -78,4 +84,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(STAGE, main)
+    run_training_stage(STAGE, "stages.sft", main)

@@ -55,6 +55,7 @@ from sqlenv.env.environment import EnvConfig
 from sqlenv.env.rewards import COMPONENTS
 from sqlenv.env.trl_adapter import SQLAgentEnv, SQLAnswerAgentEnv, agent_env_class
 from sqlenv.provenance import chat_template_kwargs
+from sqlenv.train.processes import world_size
 from sqlenv.types import Question, strict_kwargs
 
 STAGES = {1: "grpo_phase1", 2: "grpo_phase2"}
@@ -140,6 +141,7 @@ class BatchPlan:
     steps_per_generation: int
     generation_batch_size: int
     num_generations: int
+    world_size: int = 1
 
     @property
     def prompts_per_step(self) -> int:
@@ -162,7 +164,7 @@ def plan_batches(batch_size: int, gradient_accumulation_steps: int, num_generati
     steps = gradient_accumulation_steps
     while (micro * steps) % num_generations:  # terminates by steps = a multiple of num_generations
         steps += 1
-    return BatchPlan(batch_size, steps, steps, micro * steps, num_generations)
+    return BatchPlan(batch_size, steps, steps, micro * steps, num_generations, world_size)
 
 
 # ------------------------------------------------------------------------------------------- dataset
@@ -277,7 +279,7 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
     """The GRPOConfig of a phase (checkpoints to `checkpoint_dir`, no reporting: pipeline/ logs)."""
     from trl import GRPOConfig
 
-    plan = plan_batches(settings.batch_size, settings.gradient_accumulation_steps, settings.num_generations)
+    plan = plan_batches(settings.batch_size, settings.gradient_accumulation_steps, settings.num_generations, world_size())
     config = GRPOConfig(
         output_dir=str(checkpoint_dir),
         seed=settings.seed,
@@ -303,9 +305,11 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
         reward_weights=[0.0] * len(COMPONENTS),  # the env's get_reward (weight 1) is appended by TRL
         model_init_kwargs={"dtype": settings.dtype},
         chat_template_kwargs=dict(template_kwargs or {}),
-        # The weights are loaded in `dtype` (bf16: ~1.6x faster than fp32 on CPU). No autocast on top:
-        # transformers refuses `bf16=True` without a GPU, and the weights already are bf16.
-        bf16=False,
+        # The weights are loaded in `dtype` (bf16: ~1.6x faster than fp32 on CPU). No autocast on top on a
+        # CPU (the weights already are bf16); on a GPU, bf16 autocast as every GPU recipe (and DeepSpeed's
+        # bf16 config, `configs/accelerate/deepspeed_zero2.yaml`) expects.
+        bf16=settings.dtype == "bfloat16" and _cuda(),
+        use_cpu=not _cuda(),  # also what makes several CPU processes join as one (accelerate's MULTI_CPU, gloo)
         activation_checkpointing=False,  # memory is ample for 0.5B; recomputation only costs time
         disable_dropout=True,
         logging_steps=settings.logging_steps,
@@ -319,6 +323,12 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
     )
     assert config.steps_per_generation == plan.steps_per_generation, "TRL derived another generation schedule"
     return config
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def template_kwargs(model_path: str | os.PathLike[str], enable_thinking: bool) -> dict[str, Any]:

@@ -59,8 +59,9 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def prepare_checkpoints(checkpoint_dir: str | os.PathLike[str], run_key: Mapping[str, Any]) -> Resume:
-    """Pick the newest complete checkpoint of the same run; remove every other one.
+def prepare_checkpoints(checkpoint_dir: str | os.PathLike[str], run_key: Mapping[str, Any], remove: bool = True) -> Resume:
+    """Pick the newest complete checkpoint of the same run; remove every other one (`remove=False`: only
+    pick — the other processes of a multi-process run, which make the same choice as the main one).
 
     Complete = our marker (written after TRL saved everything, trainer_state.json last) names the
     same `run_key` and step, and trainer_state.json parses. Incomplete ones (killed mid-save) and
@@ -75,13 +76,14 @@ def prepare_checkpoints(checkpoint_dir: str | os.PathLike[str], run_key: Mapping
         state = _read_json(path / "trainer_state.json")
         if isinstance(marker, dict) and marker.get("run_key") == dict(run_key) and marker.get("step") == step and isinstance(state, dict) and state.get("global_step") == step:
             good.append((step, path, marker))
-        else:
+        elif remove:
             shutil.rmtree(path, ignore_errors=True)
     if good:
         step, path, marker = good[-1]
         return Resume(path, step, float(marker.get("elapsed_s", 0.0)), f"resuming from {path} (step {step})")
     if found:
-        shutil.rmtree(root, ignore_errors=True)
+        if remove:
+            shutil.rmtree(root, ignore_errors=True)
         return Resume(None, 0, 0.0, f"{len(found)} checkpoint(s) in {root} were incomplete or of another run (params or starting model changed); starting fresh")
     return Resume(None, 0, 0.0, "no checkpoint; starting fresh")
 

@@ -68,7 +68,7 @@ class TrainConfig:
     warmup_ratio: float = 0.05
 
     @classmethod
-    def from_params(cls, sft: dict[str, Any], **extra: Any) -> "TrainConfig":
+    def from_params(cls, sft: dict[str, Any], **extra: Any) -> TrainConfig:
         """From the `sft` params section plus `extra`."""
         return cls(**strict_kwargs(cls, sft, "sft training"), **extra)
 
@@ -301,13 +301,17 @@ class SFTResult:
 def train_sft(
     records: Sequence[dict[str, Any]],
     model_path: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None,
     config: TrainConfig,
     *,
     output_dir: str | os.PathLike[str] = "checkpoints/sft",
     callbacks: Sequence[Any] = (),
 ) -> SFTResult:
-    """Select, tokenise and train; merge and save the final model into `out_dir`."""
+    """Select, tokenise and train; merge and save the final model into `out_dir`.
+
+    `out_dir=None`: train without saving — a non-main process of a multi-process run, whose model is
+    the main process's (the returned result then has no provenance).
+    """
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -320,6 +324,8 @@ def train_sft(
         output = trainer.train()
     wall = time.monotonic() - t0
     curve = loss_curve(trainer.state.log_history)
+    if out_dir is None:
+        return _result(stats, output, trainer, wall, curve, {})
     base = read_provenance(model_path)
     # With LoRA these rows are the trainable_token_indices; full fine-tuning trains every row anyway.
     trained_rows = {tokenizer.convert_ids_to_tokens(i): i for i in trainable_token_ids(model_path, tokenizer)}
@@ -338,6 +344,10 @@ def train_sft(
             "sft": {"examples": stats.examples, "steps": trainer.state.global_step, "lora": config.lora},
         },
     )  # fmt: skip
+    return _result(stats, output, trainer, wall, curve, provenance)
+
+
+def _result(stats: DatasetStats, output: Any, trainer: Any, wall: float, curve: list, provenance: dict) -> SFTResult:
     steps = trainer.state.global_step
     return SFTResult(
         dataset=stats,
