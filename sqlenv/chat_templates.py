@@ -3,7 +3,8 @@
 TRL 1.16 recognises a chat template only by its exact text (tool-call parsing through `add_response_schema`,
 assistant-only loss through `get_training_chat_template`), so a prepared model must carry a template TRL
 ships (`check_trl_template`). `qwen2_tokenizer` builds the Qwen2.5 tokenizer from its BPE ranks and the 22
-added tokens in their official order (the offline GGUF and the tiny test model both use it).
+added tokens in their official order (the offline GGUF and the tiny test model both use it); Qwen3's tokenizer
+is the same plus `QWEN3_ADDED_TOKENS`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ QWEN2_5_ADDED_TOKENS: tuple[tuple[str, bool], ...] = tuple(
     )
 )  # fmt: skip
 QWEN2_5_FIRST_ADDED_ID = 151643
+# Qwen3 keeps all of them and appends four more, none special (ids 151665..151668, as Qwen/Qwen3-*'s
+# tokenizer.json): with them `<think>`/`</think>` are single tokens, as the Qwen3 template's empty think block is.
+QWEN3_ADDED_TOKENS: tuple[tuple[str, bool], ...] = tuple(
+    (tok, False) for tok in ("<tool_response>", "</tool_response>", "<think>", "</think>")
+)
 QWEN2_5_VOCAB_SIZE = 151936  # embedding rows in every Qwen2.5 config (tokenizer has 151,665; the rest is padding)
 QWEN_CONTEXT = 32768
 

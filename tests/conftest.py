@@ -1,9 +1,11 @@
-"""Shared pytest fixtures: small SQLite databases built fresh in each test's temporary folder."""
+"""Shared pytest fixtures: small SQLite databases built fresh in each test's temporary folder, and tiny
+random models per chat-template variant, built once per session."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,3 +97,53 @@ def build_numbers_db(path: Path, n: int = 1000) -> Path:
 def numbers_db(tmp_path: Path) -> Path:
     """A fresh numbers database (1000 rows), alone in its own folder."""
     return build_numbers_db(tmp_path / "numbers" / "numbers.sqlite")
+
+
+# ------------------------------------------------------------------------ tiny models by chat template
+# The render-parity tests hold for every chat template the pipeline prepares: Qwen2.5's, and Qwen3's with
+# `model.enable_thinking` off and on. Variant -> (tiny model family, enable_thinking at preparation).
+TEMPLATE_VARIANTS: dict[str, tuple[str, bool]] = {
+    "qwen2_5": ("qwen2", False),
+    "qwen3_nothink": ("qwen3", False),
+    "qwen3_think": ("qwen3", True),
+}
+
+
+class TinyModels:
+    """Tiny random model folders by template variant, each built and then prepared as the `prepare_model`
+    stage prepares a local folder (`sqlenv.models.prepare_base_model`, so provenance records the
+    chat-template kwargs), once per session; tokenizers loaded once too."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._tokenizers: dict[tuple[str, str | None], Any] = {}
+
+    def path(self, variant: str, chat_template: str | None = None) -> Path:
+        from sqlenv.models import prepare_base_model
+        from sqlenv.train.tiny_model import build_tiny_model
+
+        family, thinking = TEMPLATE_VARIANTS[variant]
+        out = self.root / (variant if chat_template is None else f"{variant}-{chat_template}")
+        if not (out / "config.json").is_file():
+            raw = build_tiny_model(self.root / f"raw-{family}", family=family)
+            prepare_base_model(str(raw), out, chat_template=chat_template, enable_thinking=thinking)
+        return out
+
+    def tokenizer(self, variant: str, chat_template: str | None = None):
+        from transformers import AutoTokenizer
+
+        key = (variant, chat_template)
+        if key not in self._tokenizers:
+            self._tokenizers[key] = AutoTokenizer.from_pretrained(self.path(variant, chat_template))
+        return self._tokenizers[key]
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> TinyModels:
+    return TinyModels(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(params=list(TEMPLATE_VARIANTS))
+def template_variant(request) -> str:
+    """Parametrizes a test over the chat-template variants (`TEMPLATE_VARIANTS`)."""
+    return request.param

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sqlenv import models
-from sqlenv.chat_templates import QWEN2_5_ADDED_TOKENS, trl_chat_template
+from sqlenv.chat_templates import QWEN2_5_ADDED_TOKENS, QWEN3_ADDED_TOKENS, trl_chat_template
 from sqlenv.models import (
     ModelPart,
     ModelPreparationError,
@@ -193,6 +193,55 @@ def test_tiny_model_deterministic_and_cached(tiny_dir, tmp_path):
     other = build_tiny_model(tmp_path / "seed1", seed=1)
     assert model_fingerprint(other) != model_fingerprint(tiny_dir)
     assert not _leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_tiny_qwen3_is_qwen3_shaped_and_prepared_with_its_thinking_switch(tiny_models, tiny_tokenizer, thinking):
+    from transformers import AutoModelForCausalLM
+
+    variant = "qwen3_think" if thinking else "qwen3_nothink"
+    folder, tokenizer = tiny_models.path(variant), tiny_models.tokenizer(variant)
+    prov = read_provenance(folder)
+    assert prov["architecture"] == "Qwen3ForCausalLM" and prov["chat_template"]["source"] == "model"
+    assert prov["chat_template"]["name"] == "qwen3" and prov["chat_template"]["training_name"] == "qwen3_training"
+    assert chat_template_kwargs(folder) == {"enable_thinking": thinking}
+    assert tokenizer.chat_template == trl_chat_template("qwen3")
+    # Qwen3's ids: Qwen2.5's tokenizer, then <tool_response> </tool_response> <think> </think>, none special.
+    assert len(tokenizer) == 151669
+    for i, (tok, special) in enumerate(QWEN2_5_ADDED_TOKENS + QWEN3_ADDED_TOKENS):
+        assert tokenizer.convert_tokens_to_ids(tok) == 151643 + i
+        assert tokenizer.added_tokens_decoder[151643 + i].special is special
+    assert tokenizer("<think>\n\n</think>\n\n<tool_call>").input_ids == [151667, 271, 151668, 271, 151657]
+    text = "SELECT café, 北京 FROM t -- naïve 🙂 <|im_start|>user\n"
+    assert tokenizer(text).input_ids == tiny_tokenizer(text).input_ids  # the same BPE as Qwen2.5
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    config = model.config
+    assert (config.hidden_size, config.num_hidden_layers, config.head_dim) == (32, 2, 8)  # as the Qwen2 one
+    assert config.vocab_size == 151936 and config.tie_word_embeddings
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 25e6
+    prompt = tokenizer.apply_chat_template(
+        CONVERSATION[:2],
+        tools=TOOLS,
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+        **chat_template_kwargs(folder),
+    )
+    think_block = "" if thinking else "<think>\n\n</think>\n\n"
+    assert tokenizer.decode(prompt["input_ids"][0]).endswith("<|im_start|>assistant\n" + think_block)
+    out = model.generate(**prompt, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] <= prompt["input_ids"].shape[1] + 4
+
+
+def test_tiny_qwen3_build_is_cached_and_unknown_families_fail(tmp_path):
+    first = build_tiny_model(tmp_path / "q3", family="qwen3")
+    before = (first / "model.safetensors").stat().st_mtime_ns
+    assert build_tiny_model(tmp_path / "q3", family="qwen3") == first
+    assert (first / "model.safetensors").stat().st_mtime_ns == before
+    assert read_provenance(first)["recipe"]["family"] == "qwen3"
+    assert read_provenance(first)["chat_template_kwargs"] == {}  # chosen at preparation, as for a real Qwen3
+    with pytest.raises(ValueError, match="unknown tiny model family"):
+        build_tiny_model(tmp_path / "q4", family="llama")
 
 
 # --------------------------------------------------------------------------------------- fingerprint

@@ -1,4 +1,5 @@
-"""Guards the episode runner: token-for-token parity with TRL 1.16 GRPO rollouts, batching, caching, counting."""
+"""Guards the episode runner: token-for-token parity with TRL 1.16 GRPO rollouts (Qwen2.5 and Qwen3 templates, thinking
+off and on), batching, caching, counting."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from sqlenv.eval.rollout import (
     run_episodes,
     tool_suffix_ids,
 )
+from sqlenv.provenance import chat_template_kwargs
 from sqlenv.train.tiny_model import build_tiny_model
 
 
@@ -37,6 +39,19 @@ def tokenizer(tiny_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+@pytest.fixture
+def chat(template_variant, tiny_dir, tokenizer, tiny_models):
+    """One chat-template variant: its tokenizer, the kwargs its folder records (what evaluation and GRPO pass),
+    and what the model writes at the start of every turn (Qwen3 with thinking on: the empty think block,
+    which the generation prompt holds when thinking is off)."""
+    if template_variant == "qwen2_5":
+        model_dir, tok = tiny_dir, tokenizer
+    else:
+        model_dir, tok = tiny_models.path(template_variant), tiny_models.tokenizer(template_variant)
+    lead = "<think>\n\n</think>\n\n" if template_variant == "qwen3_think" else ""
+    return types.SimpleNamespace(name=template_variant, tokenizer=tok, kwargs=chat_template_kwargs(model_dir), lead=lead)
 
 
 @pytest.fixture(scope="module")
@@ -88,29 +103,39 @@ class ScriptedGenerator:
         pass
 
 
-def oracle_script(question, db_dir) -> tuple[list, list[str]]:
+def oracle_script(question, db_dir, lead: str = "") -> tuple[list, list[str]]:
     calls = oracle_calls(question, SQLEnv(db_dir).sandbox_for(question.db_id))
-    return calls, [turn_text(call) for call in calls] + [prompts.FINAL_REPLY + "<|im_end|>"]
+    return calls, [lead + turn_text(call) for call in calls] + [lead + prompts.FINAL_REPLY + "<|im_end|>"]
 
 
 # ----------------------------------------------------------------------------------- render parity
-def test_scripted_episode_renders_exactly_like_the_chat_template(tokenizer, concert_db_dir):
+def test_scripted_episode_renders_exactly_like_the_chat_template(chat, concert_db_dir):
     """(a) the runner's incremental ids == (b) apply_chat_template of the full transcript, minus the
     template's newline after the final <|im_end|> (generation stops at <|im_end|>; that is the one,
     intended difference). Every intermediate context equals the template render with a generation prompt.
-    One turn makes two calls, to cover several tool results in one user turn."""
+    One turn makes two calls, to cover several tool results in one user turn. The template is the one GRPO
+    renders with (Qwen2.5's own; Qwen3's training variant, its own not being prefix-preserving), with the
+    model's recorded kwargs."""
+    tokenizer, lead = chat.tokenizer, chat.lead
     calls, _ = oracle_script(Q_JOIN, concert_db_dir)
     describes = [c for c in calls if c[0] == "describe"]
     script = [turn_text(*describes[:2], content="Two tables first."), *[turn_text(c) for c in calls[2:]]]
-    script.append(prompts.FINAL_REPLY + "<|im_end|>")
+    script = [lead + t for t in script] + [lead + prompts.FINAL_REPLY + "<|im_end|>"]
     gen = ScriptedGenerator(tokenizer, {0: script})
-    (record,) = play_episodes(gen, tokenizer, [Q_JOIN], db_dir=concert_db_dir, progress=False)
+    (record,) = play_episodes(gen, tokenizer, [Q_JOIN], db_dir=concert_db_dir, progress=False,
+                              chat_template_kwargs=chat.kwargs)
     assert record.correct and record.answered and record.parse_failures == 0
+    # The generation prompt the model continues from: Qwen3 with thinking off already holds the empty think block.
+    think_block = "<think>\n\n</think>\n\n" if chat.name == "qwen3_nothink" else ""
+    assert all(tokenizer.decode(c).endswith("<|im_start|>assistant\n" + think_block) for c in gen.contexts[0])
 
     tools = tool_methods(SQLAgentEnv())
+    template = rollout_chat_template(tokenizer)
+    assert (template is None) == (chat.name == "qwen2_5")
     full = list(gen.contexts[0][-1]) + gen.completions[0][-1]
     rendered = tokenizer.apply_chat_template(
-        prompts.messages_for_template(record.messages), tools=tools, tokenize=True, return_dict=False
+        prompts.messages_for_template(record.messages), tools=tools, tokenize=True, return_dict=False,
+        chat_template=template, **chat.kwargs,
     )
     assert full == rendered[:-1]
     assert tokenizer.decode(rendered[-1:]) == "\n" and tokenizer.decode(full[-1:]) == "<|im_end|>"
@@ -124,16 +149,20 @@ def test_scripted_episode_renders_exactly_like_the_chat_template(tokenizer, conc
             add_generation_prompt=True,
             tokenize=True,
             return_dict=False,
+            chat_template=template,
+            **chat.kwargs,
         )
         assert gen.contexts[0][turn] == expected, f"context before turn {turn} differs"
 
 
-def test_runner_transcript_equals_the_oracle_player(tokenizer, concert_db_dir):
+def test_runner_transcript_equals_the_oracle_player(chat, concert_db_dir):
     """One call per turn: the runner's record is the oracle player's record (the SFT data format)."""
+    tokenizer = chat.tokenizer
     for question in QUESTIONS:
-        calls, script = oracle_script(question, concert_db_dir)
+        calls, script = oracle_script(question, concert_db_dir, chat.lead)
         (record,) = play_episodes(
-            ScriptedGenerator(tokenizer, {0: script}), tokenizer, [question], db_dir=concert_db_dir, progress=False
+            ScriptedGenerator(tokenizer, {0: script}), tokenizer, [question], db_dir=concert_db_dir, progress=False,
+            chat_template_kwargs=chat.kwargs,
         )
         expected = play(SQLEnv(concert_db_dir), question, calls)
         assert record.messages == expected.messages
@@ -143,9 +172,10 @@ def test_runner_transcript_equals_the_oracle_player(tokenizer, concert_db_dir):
         assert record.tokens == sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in script)
 
 
-def _fake_trainer(tokenizer, env, max_completion_length, scripted_turns):
+def _fake_trainer(tokenizer, env, max_completion_length, scripted_turns, kwargs):
     """Just enough of a GRPOTrainer for its own `_tokenize_prompts`, `_get_tool_suffix_ids` and
-    `_tool_call_loop` to run: one environment, one rollout, generations replayed from a script."""
+    `_tool_call_loop` to run: one environment, one rollout, generations replayed from a script
+    (`kwargs`: `GRPOConfig.chat_template_kwargs`)."""
     from trl import GRPOTrainer
 
     tools = tool_methods(env)
@@ -154,7 +184,7 @@ def _fake_trainer(tokenizer, env, max_completion_length, scripted_turns):
         _tokenizer=tokenizer,
         _is_vlm=False,
         chat_template=rollout_chat_template(tokenizer),
-        chat_template_kwargs={},
+        chat_template_kwargs=dict(kwargs),
         environment_factories={None: SQLAgentEnv},
         _batch_environments=[None],
         _env_tools={None: tools},
@@ -176,19 +206,20 @@ def _fake_trainer(tokenizer, env, max_completion_length, scripted_turns):
     return fake
 
 
-def test_tokens_and_messages_match_trl_grpo_tool_loop(tokenizer, concert_db_dir):
+def test_tokens_and_messages_match_trl_grpo_tool_loop(chat, concert_db_dir):
     """The same scripted completions through TRL's own GRPOTrainer code (prompt tokenisation, tool loop,
     suffix ids, parsing) and through the runner give the same token ids and the same tool results."""
     from trl.chat_template_utils import add_response_schema, parse_response
 
+    tokenizer = chat.tokenizer
     add_response_schema(tokenizer)
-    calls, script = oracle_script(Q_FRANCE, concert_db_dir)
-    script[0] = turn_text(calls[0], content="Let me look at the table.")
+    calls, script = oracle_script(Q_FRANCE, concert_db_dir, chat.lead)
+    script[0] = chat.lead + turn_text(calls[0], content="Let me look at the table.")
 
     env = SQLAgentEnv(db_dir=concert_db_dir)
     prompt = [{"role": "system", "content": prompts.SYSTEM_PROMPT}, prompts.user_message(Q_FRANCE)]
     prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + env.reset(**Q_FRANCE.to_dict())}
-    fake = _fake_trainer(tokenizer, env, 4096, list(script[1:]))
+    fake = _fake_trainer(tokenizer, env, 4096, list(script[1:]), chat.kwargs)
     prompt_ids, _, _ = fake._tokenize_prompts([prompt])
     first = tokenizer(script[0], add_special_tokens=False)["input_ids"]
     completions = [[parse_response(tokenizer, first, prefix=prompt_ids[0], tools=fake.tools)]]
@@ -197,7 +228,8 @@ def test_tokens_and_messages_match_trl_grpo_tool_loop(tokenizer, concert_db_dir)
     )
 
     gen = ScriptedGenerator(tokenizer, {0: script})
-    (record,) = play_episodes(gen, tokenizer, [Q_FRANCE], db_dir=concert_db_dir, progress=False)
+    (record,) = play_episodes(gen, tokenizer, [Q_FRANCE], db_dir=concert_db_dir, progress=False,
+                              chat_template_kwargs=chat.kwargs)
     ours = gen.contexts[0][-1] + gen.completions[0][-1]
     assert ours == list(prompt_ids[0]) + trl_completion_ids[0]
     ours_tools = [(m["name"], m["content"]) for m in record.messages if m["role"] == "tool"]
@@ -205,11 +237,13 @@ def test_tokens_and_messages_match_trl_grpo_tool_loop(tokenizer, concert_db_dir)
     assert record.reward == pytest.approx(env.get_reward())
 
     for tool_messages in ([prompts.tool_message("describe", "x")], [prompts.tool_message("query", "a\n1")] * 2):
-        assert tool_suffix_ids(tokenizer, tool_messages, fake.chat_template) == fake._get_tool_suffix_ids(tool_messages)
+        ours_suffix = tool_suffix_ids(tokenizer, tool_messages, fake.chat_template, chat.kwargs)
+        assert ours_suffix == fake._get_tool_suffix_ids(tool_messages)
 
 
 # ------------------------------------------------------------------------- TRL rollout vs evaluator
-def _trl_rollout(tokenizer, question, db_dir, script, *, iterations, max_completion_length=4096, config=EnvConfig()):
+def _trl_rollout(tokenizer, question, db_dir, script, *, iterations, max_completion_length=4096, config=EnvConfig(),
+                 kwargs=None):
     """One rollout through TRL 1.16's own GRPOTrainer code (prompt tokenisation, tool loop, suffix ids, parsing)."""
     from trl.chat_template_utils import add_response_schema, parse_response
 
@@ -217,7 +251,7 @@ def _trl_rollout(tokenizer, question, db_dir, script, *, iterations, max_complet
     env = agent_env_class(config)(db_dir=db_dir, config=config)
     prompt = [{"role": "system", "content": config.system_prompt}, prompts.user_message(question)]
     prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + env.reset(**question.to_dict())}
-    fake = _fake_trainer(tokenizer, env, max_completion_length, list(script[1:]))
+    fake = _fake_trainer(tokenizer, env, max_completion_length, list(script[1:]), kwargs or {})
     fake.max_tool_calling_iterations = iterations
     prompt_ids, _, _ = fake._tokenize_prompts([prompt])
     first = tokenizer(script[0], add_special_tokens=False)["input_ids"]
@@ -269,17 +303,18 @@ PARITY_SCRIPTS = {
 
 
 @pytest.mark.parametrize("name", list(PARITY_SCRIPTS))
-def test_evaluator_ends_episodes_as_the_trl_rollout_does(tokenizer, concert_db_dir, name):
+def test_evaluator_ends_episodes_as_the_trl_rollout_does(chat, concert_db_dir, name):
     """The same scripted turns through TRL's GRPO tool loop and through the evaluator: the same executed
     calls, tool results, token ids, reward and verdict."""
-    script = PARITY_SCRIPTS[name]
+    tokenizer = chat.tokenizer
+    script = [chat.lead + t for t in PARITY_SCRIPTS[name]]
     config = EnvConfig(step_budget=2) if "step budget" in name else EnvConfig()
     turns = 3 if name == "turn budget" else config.step_budget
     env, trl_messages, trl_ids = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=turns,
-                                              config=config)
+                                              config=config, kwargs=chat.kwargs)
     gen = ScriptedGenerator(tokenizer, {0: list(script)})
     (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=config,
-                              max_turns=turns, progress=False)
+                              max_turns=turns, progress=False, chat_template_kwargs=chat.kwargs)
     assert _executed(record.messages[2:]) == _executed(trl_messages)
     assert record.reward == pytest.approx(env.get_reward())
     assert record.reward_components == pytest.approx(env._episode["reward_components"])
@@ -301,14 +336,17 @@ MODE_SCRIPTS = {  # (schema, answer): the turns of one episode
 
 
 @pytest.mark.parametrize("mode", list(MODE_SCRIPTS))
-def test_evaluator_matches_the_trl_rollout_in_every_environment_mode(tokenizer, concert_db_dir, mode):
+def test_evaluator_matches_the_trl_rollout_in_every_environment_mode(chat, concert_db_dir, mode):
     """Full schema in the first message and SQL answers: TRL's tool loop over the mode's adapter and the evaluator
     see the same prompt tokens, calls, results, reward and verdict."""
+    tokenizer = chat.tokenizer
     config = EnvConfig(schema=mode[0], answer=mode[1])
-    script = MODE_SCRIPTS[mode]
-    env, trl_messages, trl_ids = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=15, config=config)
+    script = [chat.lead + t for t in MODE_SCRIPTS[mode]]
+    env, trl_messages, trl_ids = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=15, config=config,
+                                              kwargs=chat.kwargs)
     gen = ScriptedGenerator(tokenizer, {0: list(script)})
-    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=config, progress=False)
+    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=config, progress=False,
+                              chat_template_kwargs=chat.kwargs)
     assert _executed(record.messages[2:]) == _executed(trl_messages)
     assert (record.answered, record.correct) == (env._episode["answered"], env._episode["correct"])
     assert record.value_correct == env._episode["value_correct"]
@@ -320,13 +358,15 @@ def test_evaluator_matches_the_trl_rollout_in_every_environment_mode(tokenizer, 
     assert record.correct == (mode != ("hidden", "sql"))
 
 
-def test_over_long_tool_result_ends_the_episode_as_in_trl(tokenizer, concert_db_dir):
+def test_over_long_tool_result_ends_the_episode_as_in_trl(chat, concert_db_dir):
     """TRL drops the tool messages that overflow max_completion_length but its env ran them: same reward."""
-    script = [turn_text(DESCRIBE), turn_text(RIGHT_COUNT)]
+    tokenizer = chat.tokenizer
+    script = [chat.lead + turn_text(DESCRIBE), chat.lead + turn_text(RIGHT_COUNT)]
     env, trl_messages, _ = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=15,
-                                        max_completion_length=40)
+                                        max_completion_length=40, kwargs=chat.kwargs)
     (record,) = play_episodes(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
-                              db_dir=concert_db_dir, max_total_tokens=40, progress=False)
+                              db_dir=concert_db_dir, max_total_tokens=40, progress=False,
+                              chat_template_kwargs=chat.kwargs)
     assert record.end_reason == "token budget" and not record.answered
     assert record.reward == pytest.approx(env.get_reward())
     assert [m for m in trl_messages if m["role"] == "tool"] == []  # dropped from TRL's completion, not unrun

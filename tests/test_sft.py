@@ -1,4 +1,5 @@
-"""SFT on the tiny model: TRL's training template, token parity with GRPO rollouts, assistant masks, merged save."""
+"""SFT on the tiny model: TRL's training template, token parity with GRPO rollouts (Qwen2.5 and Qwen3 templates),
+the model's chat-template kwargs reaching the trainer, assistant masks, merged save."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from sqlenv.data.sft_data import SFTDataConfig, build_sft_data
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.trl_adapter import SQLAgentEnv
+from sqlenv.provenance import chat_template_kwargs
+from sqlenv.train import sft
+from sqlenv.train.grpo import template_kwargs
 from sqlenv.train.sft import (
     TOOL_TAGS,
     TrainConfig,
@@ -41,6 +45,17 @@ def tokenizer(tiny):
     return AutoTokenizer.from_pretrained(tiny)
 
 
+@pytest.fixture
+def variant(template_variant, tiny, tokenizer, tiny_models):
+    """The model folder, tokenizer and recorded chat-template kwargs of one template variant (Qwen2.5: `tiny`)."""
+    if template_variant == "qwen2_5":
+        model_dir, tok = tiny, tokenizer
+    else:
+        model_dir, tok = tiny_models.path(template_variant), tiny_models.tokenizer(template_variant)
+    return SimpleNamespace(name=template_variant, model_dir=model_dir, tokenizer=tok,
+                           kwargs=chat_template_kwargs(model_dir))
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     db_dir = tmp_path_factory.mktemp("world")
@@ -61,8 +76,9 @@ def test_trl_recognises_the_template_and_swaps_in_its_training_variant(tokenizer
     assert trainer.chat_template == trl_chat_template("qwen2_5_training")  # what SFTTrainer tokenises with
 
 
-def _grpo_trainer_stub(tokenizer, env):
-    """The attributes GRPOTrainer's own `_tokenize_prompts`/`_get_tool_suffix_ids` read, set as its __init__ does."""
+def _grpo_trainer_stub(tokenizer, env, kwargs):
+    """The attributes GRPOTrainer's own `_tokenize_prompts`/`_get_tool_suffix_ids` read, set as its __init__ does
+    (`kwargs`: `GRPOConfig.chat_template_kwargs`)."""
     from trl.chat_template_utils import (
         get_training_chat_template,
         is_chat_template_prefix_preserving,
@@ -72,22 +88,36 @@ def _grpo_trainer_stub(tokenizer, env):
              if n not in ("reset", "get_reward") and not n.startswith("_")]
     template = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
     return SimpleNamespace(
-        processing_class=tokenizer, _tokenizer=tokenizer, chat_template=template, chat_template_kwargs={},
+        processing_class=tokenizer, _tokenizer=tokenizer, chat_template=template, chat_template_kwargs=dict(kwargs),
         _is_vlm=False, environment_factories={"sql": SQLAgentEnv}, _batch_environments=["sql"],
         _env_tools={"sql": tools},
     )
 
 
+THINK = "<think>\n\n</think>\n\n"
+# Per template variant: what the model writes at the start of every turn, and the prompt tokens just before it
+# (after "<|im_start|>assistant") that the training template marks as trained all the same. Qwen3's training
+# template renders the empty think block in every assistant turn; GRPO's generation prompt holds it only when
+# enable_thinking is false, so with thinking on the model itself must write it.
+TURN_START = {"qwen2_5": ("", "\n"), "qwen3_nothink": ("", THINK), "qwen3_think": (THINK, "")}
+
+
 @pytest.mark.parametrize("kind", ["plain", "sample", "recovery"])
-def test_training_tokens_are_what_grpo_renders_and_the_model_generates(tokenizer, world, kind):
-    """prompt ids (GRPOTrainer._tokenize_prompts) + per turn: the model's own call text + GRPOTrainer's tool suffix."""
+def test_training_tokens_are_what_grpo_renders_and_the_model_generates(variant, world, kind):
+    """prompt ids (GRPOTrainer._tokenize_prompts) + per turn: the model's own call text + GRPOTrainer's tool suffix,
+    GRPO rendering with the kwargs `grpo.template_kwargs` gives it and SFT with those provenance recorded."""
     from trl import GRPOTrainer
 
+    tokenizer = variant.tokenizer
     db_dir, questions, records = world
     record = next(r for r in records if r["kind"] == kind)
     question = questions[record["id"]]
     env = SQLAgentEnv(db_dir=db_dir)
-    trainer = _grpo_trainer_stub(tokenizer, env)
+    thinking = variant.name == "qwen3_think"
+    grpo_kwargs = template_kwargs(variant.model_dir, enable_thinking=thinking)  # params' model.enable_thinking
+    assert grpo_kwargs == variant.kwargs == ({} if variant.name == "qwen2_5" else {"enable_thinking": thinking})
+    trainer = _grpo_trainer_stub(tokenizer, env, grpo_kwargs)
+    lead, trained_prompt_tail = TURN_START[variant.name]
     # The dataset row's prompt as GRPO sees it: [system, user(question)] + reset() appended to the user turn.
     observation = env.reset(**question.to_dict())
     prompt = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
@@ -103,9 +133,9 @@ def test_training_tokens_are_what_grpo_renders_and_the_model_generates(tokenizer
         if message.get("tool_calls"):
             call = message["tool_calls"][0]["function"]
             args = json.dumps(json.loads(call["arguments"]), ensure_ascii=False)
-            text = f'<tool_call>\n{{"name": "{call["name"]}", "arguments": {args}}}\n</tool_call><|im_end|>'
+            text = lead + f'<tool_call>\n{{"name": "{call["name"]}", "arguments": {args}}}\n</tool_call><|im_end|>'
         else:
-            text = message["content"] + "<|im_end|>"
+            text = lead + message["content"] + "<|im_end|>"
         turn = tokenizer.encode(text, add_special_tokens=False)  # what the model generates, stop token included
         turns.append(turn)
         expected += turn
@@ -117,10 +147,12 @@ def test_training_tokens_are_what_grpo_renders_and_the_model_generates(tokenizer
         if tools:
             expected += GRPOTrainer._get_tool_suffix_ids(trainer, tools)
 
-    ids = tokenize_record(tokenizer, record, training_chat_template(tokenizer))
+    ids = tokenize_record(tokenizer, record, training_chat_template(tokenizer), variant.kwargs)
     newline = tokenizer.encode("\n", add_special_tokens=False)
     assert ids["input_ids"] == expected + newline  # the template closes the last turn with "<|im_end|>\n"
-    # Trained tokens: per assistant turn "\n" (after "<|im_start|>assistant") + the completion + "\n".
+    # Trained tokens: per assistant turn the trained prompt tail (Qwen2.5: the "\n" after "<|im_start|>assistant")
+    # + the completion + "\n".
+    head = tokenizer.encode(trained_prompt_tail, add_special_tokens=False)
     mask, spans, start = ids["assistant_masks"], [], None
     for pos, bit in enumerate(mask + [0]):
         if bit and start is None:
@@ -128,22 +160,73 @@ def test_training_tokens_are_what_grpo_renders_and_the_model_generates(tokenizer
         elif not bit and start is not None:
             spans.append(ids["input_ids"][start:pos])
             start = None
-    assert spans == [newline + turn + newline for turn in turns]
+    assert spans == [head + turn + newline for turn in turns]
 
 
-def test_every_example_trains_on_assistant_tokens_and_matches_the_trainer(tokenizer, tiny, world):
-    records = world[2]
-    dataset, stats = build_dataset(records, tokenizer, max_length=4096)
+@pytest.mark.parametrize("template_variant", ["qwen2_5", "qwen3_nothink"], indirect=True)
+def test_every_example_trains_on_assistant_tokens_and_matches_the_trainer(variant, world):
+    tokenizer, records = variant.tokenizer, world[2]
+    dataset, stats = build_dataset(records, tokenizer, max_length=4096, template_kwargs=variant.kwargs)
     assert stats.examples == len(records) and stats.dropped_too_long == 0
     assert 0 < stats.assistant_tokens < stats.tokens
-    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096), "unused-output-dir")
+    # The rows carry the kwargs in SFTTrainer's own column, and only when the model has any.
+    assert ("chat_template_kwargs" in dataset.column_names) == bool(variant.kwargs)
+    assert all(row.get("chat_template_kwargs", {}) == variant.kwargs for row in dataset)
+    trainer = build_trainer(variant.model_dir, dataset, TrainConfig(max_steps=1, max_length=4096), "unused-output-dir")
     template = training_chat_template(tokenizer)
     assert len(trainer.train_dataset) == len(records)
     for row, record in zip(trainer.train_dataset, records):
-        mine = tokenize_record(tokenizer, record, template)
+        mine = tokenize_record(tokenizer, record, template, variant.kwargs)
         assert sum(mine["assistant_masks"]) > 0
         assert row["input_ids"] == mine["input_ids"]
         assert row["labels"] == [t if m else -100 for t, m in zip(mine["input_ids"], mine["assistant_masks"])]
+
+
+def test_the_trainer_renders_with_the_models_template_kwargs(tiny_models, world):
+    """Under TRL's `qwen3_8` template `enable_thinking` also decides the system turn (reasoning instructions
+    unless it is false). The model is prepared with enable_thinking false: the trainer's tokens, ours and
+    GRPO's prompt (rendered with `grpo.template_kwargs`) all leave the instructions out."""
+    from trl import GRPOTrainer
+
+    model_dir = tiny_models.path("qwen3_nothink", chat_template="qwen3_8")
+    tokenizer = tiny_models.tokenizer("qwen3_nothink", chat_template="qwen3_8")
+    kwargs = chat_template_kwargs(model_dir)
+    assert kwargs == {"enable_thinking": False} == template_kwargs(model_dir, enable_thinking=False)
+    db_dir, questions, records = world
+    records = records[:2]
+    template = training_chat_template(tokenizer)
+    dataset, _ = build_dataset(records, tokenizer, max_length=4096, template_kwargs=kwargs)
+    trainer = build_trainer(model_dir, dataset, TrainConfig(max_steps=1, max_length=4096), "unused-output-dir")
+    assert trainer.chat_template == template == trl_chat_template("qwen3_8_training")
+    env = SQLAgentEnv(db_dir=db_dir)
+    for row, record in zip(trainer.train_dataset, records):
+        assert row["input_ids"] == tokenize_record(tokenizer, record, template, kwargs)["input_ids"]
+        assert "Reasoning effort" not in tokenizer.decode(row["input_ids"])
+        # The SFT stream starts with the prompt GRPO shows the model for this question, token for token.
+        observation = env.reset(**questions[record["id"]].to_dict())
+        prompt = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
+                  {"role": "user", "content": prompts.user_message(questions[record["id"]])["content"] + observation}]
+        (prompt_ids,), _, _ = GRPOTrainer._tokenize_prompts(_grpo_trainer_stub(tokenizer, env, kwargs), [prompt])
+        assert row["input_ids"][: len(prompt_ids)] == list(prompt_ids)
+    # What the guard is about: without the kwargs the same record renders another system turn.
+    assert "Reasoning effort" in tokenizer.decode(tokenize_record(tokenizer, records[0], template)["input_ids"])
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_train_sft_reads_the_kwargs_from_the_start_models_provenance(tiny_models, world, tmp_path, monkeypatch):
+    seen = {}
+
+    def stop(model_path, dataset, *args, **kwargs):
+        seen["dataset"] = dataset
+        raise _Stop
+
+    monkeypatch.setattr(sft, "build_trainer", stop)
+    with pytest.raises(_Stop):
+        train_sft(world[2], tiny_models.path("qwen3_nothink"), tmp_path / "out", TrainConfig(max_examples=2))
+    assert [row["chat_template_kwargs"] for row in seen["dataset"]] == [{"enable_thinking": False}] * 2
 
 
 def test_overlong_trajectories_are_dropped_and_counted(tokenizer, world):
@@ -248,3 +331,14 @@ def test_inspect_sft_prints_the_trained_tokens_bracketed(tiny, world, tmp_path, 
     assert "<|im_start|>user" in out and "«<|im_start|>" not in out  # prompts and tool results are not trained
     assert main(["--data", str(data), "--model", str(tiny), "--index", "7"]) == 1
     assert "has no record 7 (it has 3)" in capsys.readouterr().err
+
+
+def test_inspect_sft_renders_with_the_models_template_kwargs(tiny_models, world, tmp_path, capsys):
+    from sqlenv.train.inspect_sft import main
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(world[2][0]) + "\n")
+    model_dir = tiny_models.path("qwen3_nothink", chat_template="qwen3_8")
+    assert main(["--data", str(data), "--model", str(model_dir), "--plain"]) == 0
+    out = capsys.readouterr().out
+    assert "template qwen3_8_training enable_thinking=False" in out and "Reasoning effort" not in out

@@ -4,7 +4,8 @@
 
 The text is rendered through TRL's training chat template (`trl.chat_template_utils.
 get_training_chat_template`, what `SFTTrainer(assistant_only_loss=True)` swaps in) with
-`return_assistant_tokens_mask=True`, exactly as `sqlenv.train.sft.tokenize_record` does for training. Tokens
+`return_assistant_tokens_mask=True` and the model folder's recorded chat-template variables (Qwen3's
+`enable_thinking`), exactly as `sqlenv.train.sft.tokenize_record` does for training. Tokens
 that carry loss are shown inside «…» (green on a terminal); everything else is context the model reads
 but is not trained to produce. A footer counts tokens, trained tokens and the template used.
 """
@@ -16,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from sqlenv.provenance import chat_template_kwargs
 from sqlenv.train.sft import tokenize_record, training_chat_template
 
 _GREEN, _RESET = "\033[32m", "\033[0m"
@@ -67,17 +69,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     template = training_chat_template(tokenizer)
-    ids = tokenize_record(tokenizer, record, template)
+    kwargs = chat_template_kwargs(args.model)
+    ids = tokenize_record(tokenizer, record, template, kwargs)
     color = not args.plain and sys.stdout.isatty()
     print(render_masked(tokenizer, ids["input_ids"], ids["assistant_masks"], color=color))
     trained = sum(ids["assistant_masks"])
     turns = sum(1 for m in record["messages"] if m["role"] == "assistant")
     from sqlenv.chat_templates import trl_template_name
 
+    variables = "".join(f" {k}={v}" for k, v in sorted(kwargs.items()))  # the template variables, if any
     print(
         f"--- record {args.index}: id={record['id']} kind={record.get('kind')} hardness={record.get('hardness')} | "
         f"{len(ids['input_ids'])} tokens, {trained} trained («…») in {turns} assistant turns | "
-        f"template {trl_template_name(template) or 'custom'}"
+        f"template {trl_template_name(template) or 'custom'}{variables}"
     )
     return 0
 

