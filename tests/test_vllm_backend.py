@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import sys
 import types
 import warnings
@@ -15,6 +17,7 @@ from fixtures_env import QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
 from sqlenv.data.oracle import oracle_calls
 from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.eval.decode import GenerationSettings
+from sqlenv.eval.harness import EvalSettings, play, result_document
 from sqlenv.eval.rollout import generation_eos_ids, run_episodes
 from sqlenv.eval.vllm_backend import VLLMGenerator, completion_ids, require_vllm, sampling_kwargs
 from sqlenv.train.tiny_model import build_tiny_model
@@ -277,10 +280,27 @@ def test_a_stop_trimming_engine_still_gives_hf_episodes(trimming_vllm, scripted_
     assert [r.to_dict() for r in vllm] == [r.to_dict() for r in hf]
 
 
-# --------------------------------------------------------------------------------------------- errors
+def test_the_harness_records_the_backend(fake_vllm, chaotic_dir, concert_db_dir):  # noqa: F811
+    common = {"db_dir": concert_db_dir, "env_config": EnvConfig(step_budget=3), "progress": False}
+    hf_settings = EvalSettings(max_total_tokens=16, batch_size=3, dtype="float32")
+    vllm_settings = EvalSettings(max_total_tokens=16, batch_size=3, dtype="float32", backend="vllm")
+    hf, hf_model = play(chaotic_dir, QUESTIONS, settings=hf_settings, **common)
+    vllm, vllm_model = play(chaotic_dir, QUESTIONS, settings=vllm_settings, **common)
+    assert [r.to_dict() for r in vllm] == [r.to_dict() for r in hf] and vllm_model == hf_model
+    assert ReplayLLM.instances[-1].kwargs["dtype"] == "float32"
+    doc = result_document("tiny", "fixture", vllm, model=vllm_model, settings=vllm_settings.describe(),
+                          env_config=common["env_config"])  # fmt: skip
+    assert doc["settings"]["backend"] == "vllm" and hf_settings.describe()["backend"] == "hf"
+
+
+# ------------------------------------------------------------------------------------ errors and the CLI
 def test_without_vllm_the_error_says_how_to_install_it(no_vllm, chaotic_dir, concert_db_dir):  # noqa: F811
     with pytest.raises(ImportError, match=r'pip install -e "\.\[vllm\]"'):
         require_vllm()
+    with pytest.raises(ImportError, match="backend 'vllm' needs vLLM"):
+        play(
+            chaotic_dir, QUESTIONS, db_dir=concert_db_dir, env_config=EnvConfig(), settings=EvalSettings(backend="vllm")
+        )
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(chaotic_dir)
@@ -288,6 +308,42 @@ def test_without_vllm_the_error_says_how_to_install_it(no_vllm, chaotic_dir, con
         run_episodes(str(chaotic_dir), tokenizer, QUESTIONS, db_dir=concert_db_dir, backend="vllm", progress=False)
     with pytest.raises(ValueError, match="backend must be one of"):
         run_episodes(str(chaotic_dir), tokenizer, QUESTIONS, db_dir=concert_db_dir, backend="VLLM", progress=False)
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match=r"backend must be one of \('hf', 'vllm'\), got 'tgi'"):
+        EvalSettings(backend="tgi")
+
+
+def _cli(argv, capsys):
+    from pipeline.cli import EVAL
+    from sqlenv import cli as domain_cli
+
+    out = io.StringIO()
+    code = domain_cli.main(["eval", *argv, "--no-progress", "--batch-size", "3", "--max-total-tokens", "16"],
+                           stdout=out, extra={"eval": EVAL})  # fmt: skip
+    return code, out.getvalue(), capsys.readouterr().err
+
+
+@pytest.fixture
+def questions_file(tmp_path) -> Path:
+    path = tmp_path / "questions.jsonl"
+    path.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in QUESTIONS))
+    return path
+
+
+def test_cli_backend_flag(fake_vllm, chaotic_dir, questions_file, concert_db_dir, tmp_path, capsys, monkeypatch):  # noqa: F811
+    source = ["--model", str(chaotic_dir), "--questions", str(questions_file), "--db-dir", str(concert_db_dir)]
+    code, _, err = _cli([*source, "--backend", "vllm", "--out", str(tmp_path / "v")], capsys)
+    assert code == 0, err
+    assert json.loads((tmp_path / "v" / "metrics.json").read_text())["settings"]["backend"] == "vllm"
+    code, _, err = _cli(
+        [*source, "--backend", "vllm", "--protocol", "text_to_sql", "--out", str(tmp_path / "t")], capsys
+    )
+    assert code == 2 and "--backend vllm is the agent's" in err
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    code, _, err = _cli([*source, "--backend", "vllm", "--out", str(tmp_path / "n")], capsys)
+    assert code == 2 and 'pip install -e ".[vllm]"' in err and not (tmp_path / "n").exists()
 
 
 # ----------------------------------------------------------------------------- on a GPU with vLLM only
