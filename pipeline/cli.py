@@ -19,6 +19,8 @@ The agent plays in the environment mode given: `--schema hidden|full` (what its 
 `--metric value|ex` (value: `answer(value)` judged by the value verifier; ex: `answer(sql)`, the final SQL
 scored by execution accuracy, with the value verifier's reading of the same rows as `value_accuracy`) —
 the mode a model was trained in (`env.schema`, `env.answer`) is the one to evaluate it in.
+`--backend vllm` decodes the agent's episodes with vLLM's offline engine instead of transformers (a GPU,
+the `vllm` extra), through the same episode loop; metrics.json records the backend.
 `--protocol text_to_sql` plays the classic single-turn protocol instead of the agent
 (`sqlenv.eval.text_to_sql`: full schema in the prompt, one reply, its SQL scored by execution accuracy;
 with `--data`, every question whose gold SQL runs, as published Spider numbers count them; `--shots k`
@@ -48,6 +50,8 @@ EVAL_EXPERIMENT = "sqlenv-eval"
 
 
 def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
+    from sqlenv.eval.vllm_backend import BACKENDS
+
     p.add_argument("--model", required=True, help="model folder (Hugging Face layout) or a Hub id")
     p.add_argument("--data", help="Spider-format folder (questions file, tables.json, database/)")
     p.add_argument("--questions-file", default="dev.json", help="questions file inside --data (default dev.json)")
@@ -72,6 +76,9 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-budget", type=int, default=15, help="tool calls per episode (default 15)")
     p.add_argument("--timeout", type=float, default=2.0, help="per-statement SQL limit in seconds (default 2)")
     p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    p.add_argument("--backend", choices=BACKENDS, default="hf",
+                   help="agent: what decodes the episodes, hf (transformers, default) or vllm (a GPU, needs "
+                   "`pip install -e \".[vllm]\"`); recorded in metrics.json")
     p.add_argument("--seed", type=int, default=0, help="subset and decoding seed (default 0)")
     p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
                    help="MLflow tracking URI to log the run to (default $MLFLOW_TRACKING_URI; unset: no logging)")
@@ -130,6 +137,15 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     from sqlenv.eval.harness import EvalSettings, play, result_document
     from sqlenv.provenance import chat_template_kwargs
 
+    if args.backend == "vllm":
+        from sqlenv.eval.vllm_backend import require_vllm
+
+        if args.protocol == "text_to_sql":
+            raise UsageError("--backend vllm is the agent's: text_to_sql decodes with transformers")
+        try:
+            require_vllm()
+        except ImportError as exc:
+            raise UsageError(str(exc)) from exc
     questions, db_dir, data_name, drops = _questions(args)
     if args.n < 0:
         raise UsageError("--n must be >= 0")
@@ -153,7 +169,8 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         env = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, schema=args.schema,
                         answer="sql" if args.metric == "ex" else "value", rewards=RewardConfig(mode="binary"))  # fmt: skip
         settings = EvalSettings(max_total_tokens=args.max_total_tokens, batch_size=args.batch_size,
-                                gen=GenerationSettings(seed=args.seed), parser=args.parser, dtype=args.dtype)  # fmt: skip
+                                gen=GenerationSettings(seed=args.seed), parser=args.parser, dtype=args.dtype,
+                                backend=args.backend)  # fmt: skip
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     start = time.perf_counter()

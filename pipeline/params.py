@@ -145,6 +145,7 @@ class EvaluateParams:
     temperature: float
     top_p: float
     few_shot_seed: int
+    backend: Literal["hf", "vllm"]
 
 
 @dataclass(frozen=True)

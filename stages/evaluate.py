@@ -9,6 +9,8 @@ entry plays and depends on: the model folder (the base policies play `models/bas
 stage's out; any other folder works and is recorded by its fingerprint), `data/databases` for the
 random policy, or — for n50 ⊂ n200 — the policy's n200 samples, whose episodes on the n50 questions are
 the n50 result (no second run). Outs: reports/eval/<policy>_<set>/{samples.jsonl, metrics.json}.
+`evaluate.backend` (hf | vllm) picks what decodes a model policy's episodes; metrics.json records it
+(`settings.backend`) and the MLflow run carries it as the `backend` tag.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from sqlenv.eval.evaluation import subset
 from sqlenv.eval.harness import EvalSettings, load_questions_file, play, result_document
 from sqlenv.eval.policies import POLICIES, run_random
 from sqlenv.eval.policies import policy as get_policy
+from sqlenv.eval.vllm_backend import require_vllm
 from sqlenv.provenance import chat_template_kwargs
 from sqlenv.types import EpisodeRecord
 
@@ -55,12 +58,18 @@ def main() -> None:
     read["model"] = {"dtype": params.model.dtype}
     gen = GenerationSettings(do_sample=ev.do_sample, temperature=ev.temperature, top_p=ev.top_p, seed=params.seed)
     settings = EvalSettings(max_total_tokens=ev.max_total_tokens, batch_size=ev.batch_size, gen=gen, parser=pol.parser,
-                            shots=pol.shots, few_shot_seed=ev.few_shot_seed, dtype=params.model.dtype)  # fmt: skip
+                            shots=pol.shots, few_shot_seed=ev.few_shot_seed, dtype=params.model.dtype,
+                            backend=ev.backend)  # fmt: skip
     from_samples = source.suffix == ".jsonl"
     if from_samples and not source.is_file():
         raise FileNotFoundError(f"episodes to read {set_name} off not found: {source}")
     if pol.model is not None and not from_samples and not (source / "config.json").is_file():
         raise FileNotFoundError(f"model for policy {pol.name!r} not found: {source} (run its stage first)")
+    if pol.model is not None and not from_samples and ev.backend == "vllm":
+        try:  # before the MLflow run opens: a missing extra is bad input, not a failed evaluation
+            require_vllm()
+        except ImportError as exc:
+            raise ValueError(f"evaluate.backend: {exc}") from exc
 
     with stage_run(STAGE, read, run_name=f"{STAGE}@{pol.name}_{set_name}") as run:
         mlflow.set_tags({"policy": pol.name, "eval_set": set_name, "source": str(source), "parser": pol.parser})
@@ -84,6 +93,8 @@ def main() -> None:
             )  # fmt: skip
             described = settings.describe()
         wall = time.perf_counter() - start
+        # What decoded these episodes (the n200 run's for n50; results before the key existed were HF's).
+        mlflow.set_tag("backend", described.get("backend", "hf") if described else "none")
         out = paths.REPORTS / "eval" / f"{pol.name}_{set_name}"
         document = result_document(
             pol.name, set_name, records, model=model_info, settings=described, env_config=config,

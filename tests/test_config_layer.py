@@ -13,6 +13,7 @@ from pipeline import params as schema
 from sqlenv.data.sft_data import SFTDataConfig
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.rewards import RewardConfig
+from sqlenv.eval.harness import EvalSettings
 from sqlenv.train.sft import TrainConfig
 
 PARAMS = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
@@ -41,3 +42,12 @@ def test_domain_defaults_are_params_yaml(section):
     _, config_cls, _ = PAIRS[section]
     defaults = {f.name: f.default for f in dataclasses.fields(config_cls) if f.name in PARAMS[section]}
     assert defaults == PARAMS[section]
+
+
+def test_eval_settings_defaults_are_params_yaml():
+    """EvalSettings is not the evaluate section (policies add parser and shots, decoding sits in `gen`), but the
+    knobs it shares with it by name default to params.yaml's values (`backend: hf` among them)."""
+    shared = _names(EvalSettings) & _names(schema.EvaluateParams)
+    assert shared == {"batch_size", "max_total_tokens", "few_shot_seed", "backend"}
+    defaults = {f.name: f.default for f in dataclasses.fields(EvalSettings) if f.name in shared}
+    assert defaults == {name: PARAMS["evaluate"][name] for name in shared}

@@ -51,6 +51,8 @@ def _set(d, value, *keys):
         (lambda r: _set(r, "easy", "data", "difficulties"), "'data.difficulties' must be a list"),
         (lambda r: _set(r, [1], "data", "databases"), "'data.databases[0]' must be a string"),
         (lambda r: _set(r, [], "env"), "'env' must be a mapping"),
+        (lambda r: _set(r, "vLLM", "evaluate", "backend"), "'evaluate.backend' must be one of ['hf', 'vllm']"),
+        (lambda r: _del(r, "evaluate", "backend"), "missing key(s) evaluate.backend"),
     ],
 )
 def test_invalid_params_name_the_key(tmp_path, mutate, message):

@@ -1,9 +1,12 @@
 """The evaluate and report stages end to end on a small world: random and a tiny-model `base`, then the report."""
 
+import importlib.util
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
+import yaml
 from stage_harness import run_stage, small_params
 
 from sqlenv.train.tiny_model import build_tiny_model
@@ -73,6 +76,11 @@ def test_model_policy_and_report(workdir):
     assert metrics["set"] == "n50" and metrics["n"] == 10
     assert metrics["model"]["fingerprint"] and metrics["settings"]["gen"]["do_sample"] is False
     assert metrics["settings"]["parser"] == "lenient" and metrics["settings"]["max_total_tokens"] == 48
+    assert metrics["settings"]["backend"] == "hf"
+    with sqlite3.connect(workdir / "mlflow.db") as con:
+        tags = con.execute("SELECT t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+                           "WHERE r.name = 'evaluate@base_n50' AND t.key = 'backend'").fetchall()  # fmt: skip
+    assert tags == [("hf",)]
     record = json.loads((workdir / "reports/eval/base_n50/samples.jsonl").read_text().splitlines()[0])
     assert [m["role"] for m in record["messages"][:2]] == ["system", "user"]
     assert not (workdir / "reports/eval/base_n200").exists()
@@ -97,6 +105,18 @@ def test_missing_model_fails_cleanly(workdir):
     proc = run_stage(workdir, "evaluate", "--policy", "sft", "--set", "n50",
                      "--source", "reports/eval/sft_n200/samples.jsonl", expect_ok=False)
     assert proc.returncode == 1 and "sft_n200/samples.jsonl" in proc.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_backend_without_vllm_fails_before_the_run(workdir):
+    params = yaml.safe_load((workdir / "params.yaml").read_text())
+    try:
+        proc = run_stage(workdir, "evaluate", "--policy", "base", "--set", "n50", "--source", "models/base",
+                         params={**params, "evaluate": {**params["evaluate"], "backend": "vllm"}}, expect_ok=False)  # fmt: skip
+    finally:
+        (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "evaluate.backend: backend 'vllm' needs vLLM" in proc.stderr and 'pip install -e ".[vllm]"' in proc.stderr
 
 
 def test_source_is_the_model_played_and_a_foreign_model_is_stale(workdir):

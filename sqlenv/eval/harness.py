@@ -5,7 +5,7 @@ What the `evaluate` stage and `sqlenv eval` share, so a number from either means
 `rollout.run_episodes` (ended exactly as a TRL GRPO rollout ends); `result_document` is the
 `metrics.json` both write beside `samples.jsonl` — the metrics (`evaluation.episode_metrics`) with
 everything needed to tell two results apart: the model's fingerprint, the question set, the parser,
-the shots, the budgets, the decoding, the verifier version.
+the shots, the budgets, the decoding and its backend (`hf` or `vllm`), the verifier version.
 
 Questions for a custom set come from `load_questions_file` (the `prepare` output format: one
 `Question.to_dict()` JSON object per line) or `load_spider_questions` (a Spider-format folder through
@@ -28,6 +28,7 @@ from sqlenv.env.tool_calls import PARSERS
 from sqlenv.env.verifier import VERIFIER_VERSION
 from sqlenv.eval.decode import GenerationSettings
 from sqlenv.eval.evaluation import episode_metrics
+from sqlenv.eval.vllm_backend import check_backend, require_vllm
 from sqlenv.types import EpisodeRecord, Question, db_file
 
 
@@ -42,8 +43,10 @@ class EvalSettings:
     shots: int = 0
     few_shot_seed: int = 0
     dtype: str = "bfloat16"
+    backend: str = "hf"  # what decodes: hf (transformers, `ModelGenerator`) | vllm (`VLLMGenerator`)
 
     def __post_init__(self) -> None:
+        check_backend(self.backend)
         if self.parser not in PARSERS:
             raise ValueError(f"parser must be one of {PARSERS}, got {self.parser!r}")
         if self.shots < 0 or self.batch_size < 1 or self.max_total_tokens < 1:
@@ -94,15 +97,21 @@ def device() -> str:
     return os.environ.get("SQLENV_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def model_folder(model_dir: str | os.PathLike[str]) -> Path:
+    """`model_dir` as a Path, FileNotFoundError unless it is a Hugging Face model folder."""
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"no model at {model_dir} (a Hugging Face folder with config.json)")
+    return model_dir
+
+
 def load_model(model_dir: str | os.PathLike[str], dtype: str) -> tuple[Any, Any]:
     """(model, tokenizer) of a Hugging Face model folder, the model in `dtype` on `device()`; FileNotFoundError
     without one."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {model_dir} (a Hugging Face folder with config.json)")
+    model_dir = model_folder(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device())
     return model, AutoTokenizer.from_pretrained(model_dir)
 
@@ -128,7 +137,13 @@ def play(
     from sqlenv.provenance import model_fingerprint
 
     model_dir = Path(model_dir)
-    model, tokenizer = load_model(model_dir, settings.dtype)
+    if settings.backend == "vllm":  # vLLM loads the weights itself: only the tokenizer here
+        from transformers import AutoTokenizer
+
+        require_vllm()
+        model, tokenizer = model_dir, AutoTokenizer.from_pretrained(model_folder(model_dir))
+    else:
+        model, tokenizer = load_model(model_dir, settings.dtype)
     check_databases(questions, db_dir)
     system_prompt = None
     if settings.shots:
@@ -139,6 +154,7 @@ def play(
         model, tokenizer, questions, db_dir=db_dir, env_config=env_config, gen=settings.gen,
         system_prompt=system_prompt, batch_size=settings.batch_size, max_total_tokens=settings.max_total_tokens,
         chat_template_kwargs=template_kwargs or None, parser=settings.parser, progress=progress,
+        backend=settings.backend, llm_kwargs={"dtype": settings.dtype} if settings.backend == "vllm" else None,
     )  # fmt: skip
     return records, {"path": str(model_dir), "fingerprint": model_fingerprint(model_dir)}
 

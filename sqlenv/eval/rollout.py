@@ -51,7 +51,8 @@ step budget was used up; `end_reason` = why the episode stopped; `tokens` = toke
 
 Batching: a rolling pool of `batch_size` episodes; each turn, the next completion of every running
 episode comes from ONE batched generation (`sqlenv.eval.decode.ModelGenerator`, which keeps each
-episode's key/value cache between turns), then tools run, then finished episodes leave and queued ones
+episode's key/value cache between turns; or, with `backend="vllm"`, one `vllm.LLM.generate` through
+`sqlenv.eval.vllm_backend.VLLMGenerator`), then tools run, then finished episodes leave and queued ones
 take their slots.
 """
 
@@ -455,6 +456,8 @@ def run_episodes(
     reuse_cache: bool = True,
     chat_template_kwargs: dict[str, Any] | None = None,
     parser: str = "strict",
+    backend: str = "hf",
+    llm_kwargs: dict[str, Any] | None = None,
 ) -> list[EpisodeRecord]:
     """Play every question with `model` (a causal LM) and return one EpisodeRecord per question, in order.
 
@@ -463,10 +466,23 @@ def run_episodes(
     `max_completion_length`), `max_new_tokens_per_turn` (optional) one completion; `parser` reads the calls
     (`sqlenv.env.tool_calls`). Greedy decoding (the default) is deterministic; sampling is seeded by `gen.seed`
     and leaves the caller's RNG state alone.
+
+    `backend` decodes: "hf" — `model` is a transformers model, decoded by `ModelGenerator` (`reuse_cache`:
+    its KV caches); "vllm" — `model` is the model folder, loaded and decoded by vLLM's offline engine
+    (`sqlenv.eval.vllm_backend.VLLMGenerator`, prefix caching; `llm_kwargs` such as dtype go to `vllm.LLM`).
+    Everything else (prompts, stop ids, tool calls, budgets, how episodes end) is the same code.
     """
-    import torch
+    from sqlenv.eval.vllm_backend import check_backend
 
     ensure_response_parser(tokenizer)
+    play = {"db_dir": db_dir, "env_config": env_config, "system_prompt": system_prompt, "batch_size": batch_size,
+            "max_turns": max_turns, "max_new_tokens_per_turn": max_new_tokens_per_turn,
+            "max_total_tokens": max_total_tokens, "progress": progress,
+            "chat_template_kwargs": chat_template_kwargs, "parser": parser}  # fmt: skip
+    if check_backend(backend) == "vllm":
+        return _run_vllm(model, tokenizer, questions, gen, llm_kwargs, **play)
+    import torch
+
     eos_ids = generation_eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     generator = ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=reuse_cache)
@@ -479,21 +495,36 @@ def run_episodes(
                 template = rollout_chat_template(tokenizer)
                 generator.encode_prefix(shared_prompt_prefix(tokenizer, system_prompt, template, chat_template_kwargs,
                                                              env_config))  # fmt: skip
-            return play_episodes(
-                generator,
-                tokenizer,
-                questions,
-                db_dir=db_dir,
-                env_config=env_config,
-                system_prompt=system_prompt,
-                batch_size=batch_size,
-                max_turns=max_turns,
-                max_new_tokens_per_turn=max_new_tokens_per_turn,
-                max_total_tokens=max_total_tokens,
-                max_positions=getattr(model.config, "max_position_embeddings", None),
-                progress=progress,
-                chat_template_kwargs=chat_template_kwargs,
-                parser=parser,
-            )
+            max_positions = getattr(model.config, "max_position_embeddings", None)
+            return play_episodes(generator, tokenizer, questions, max_positions=max_positions, **play)
     finally:
         model.train(was_training)
+
+
+def _run_vllm(
+    model_dir: Any,
+    tokenizer: Any,
+    questions: Sequence[Question],
+    gen: GenerationSettings,
+    llm_kwargs: dict[str, Any] | None,
+    **play: Any,
+) -> list[EpisodeRecord]:
+    """`run_episodes` on vLLM: the stop ids and the context length come from the folder's configs, as the
+    HF backend reads them off the loaded model, so both backends stop and end episodes alike."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, GenerationConfig
+
+    from sqlenv.eval.vllm_backend import VLLMGenerator
+
+    if not isinstance(model_dir, (str, Path)):
+        raise TypeError(f"backend 'vllm' plays a model folder (str or Path), got {type(model_dir).__name__}")
+    config = AutoConfig.from_pretrained(model_dir)
+    try:
+        generation_config = GenerationConfig.from_pretrained(model_dir)
+    except OSError:  # no generation_config.json: what from_pretrained gives the HF model then
+        generation_config = GenerationConfig.from_model_config(config)
+    eos_ids = generation_eos_ids(SimpleNamespace(generation_config=generation_config), tokenizer)
+    max_positions = getattr(config, "max_position_embeddings", None)
+    generator = VLLMGenerator.from_folder(model_dir, gen, eos_ids, max_model_len=max_positions, llm_kwargs=llm_kwargs)
+    return play_episodes(generator, tokenizer, questions, max_positions=max_positions, **play)
