@@ -3,8 +3,9 @@
 With `launch.num_processes: N > 1` in params.yaml, `python -m stages.sft` (what dvc.yaml runs) does
 not train itself; it runs
 
-    accelerate launch --num_processes N --num_machines 1 --mixed_precision no --dynamo_backend no \
-        (--config_file <launch.config> | --multi_gpu) -m stages.sft <its arguments>
+    accelerate launch --num_processes N --num_machines 1 \
+        (--config_file <launch.config> | --multi_gpu --mixed_precision no --dynamo_backend no) \
+        -m stages.sft <its arguments>
 
 and exits with that command's status. Each launched process has RANK/WORLD_SIZE set
 (`sqlenv.train.processes`), so it trains instead of launching again. accelerate's `--multi_gpu` is its
@@ -57,7 +58,7 @@ def launch_command(module: str, args: Sequence[str], launch: LaunchParams) -> li
     return [*cmd, "-m", module, *args]
 
 
-def run_training_stage(name: str, module: str, main: Callable[[], None], argv: Sequence[str] | None = None) -> None:
+def run_training_stage(name: str, module: str, main: Callable[[], None]) -> None:
     """`run_stage(name, main)`, or — when params ask for several processes and this is not one of them —
     the same module under `accelerate launch`, exiting with its status."""
 
@@ -66,7 +67,7 @@ def run_training_stage(name: str, module: str, main: Callable[[], None], argv: S
         if launch.num_processes == 1 or launched():
             main()
             return
-        cmd = launch_command(module, list(sys.argv[1:] if argv is None else argv), launch)
+        cmd = launch_command(module, sys.argv[1:], launch)
         log.info("%d processes: %s", launch.num_processes, " ".join(cmd))
         code = subprocess.call(cmd, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
         if code:

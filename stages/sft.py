@@ -52,10 +52,9 @@ def trainer_logs_into_active_run() -> Iterator[None]:
 
 def main() -> None:
     params = load_params()
-    read = section_dict(params, "seed", "sft")
+    read = section_dict(params, "seed", "sft", "launch")
     read["model"] = {"dtype": params.model.dtype}
     read["env"] = {"schema": params.env.schema, "answer": params.env.answer}  # the mode of its data: run tags
-    read["launch"] = section_dict(params, "launch")["launch"]
     with main_stage_run(STAGE, read) as run:
         t0 = time.monotonic()
         if not (BASE / "config.json").is_file():
