@@ -45,6 +45,7 @@ from typing import Any, TextIO
 from pipeline.publish import PUBLISH
 from sqlenv import cli as domain_cli
 from sqlenv.cli import Command, UsageError
+from sqlenv.dtype import DTYPES, choose_dtype
 
 EVAL_EXPERIMENT = "sqlenv-eval"
 
@@ -75,7 +76,8 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-total-tokens", type=int, default=768, help="completion budget per episode (default 768)")
     p.add_argument("--step-budget", type=int, default=15, help="tool calls per episode (default 15)")
     p.add_argument("--timeout", type=float, default=2.0, help="per-statement SQL limit in seconds (default 2)")
-    p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="compute dtype; auto (default) times bf16 against fp32 at the model's shapes and takes the faster")
     p.add_argument("--backend", choices=BACKENDS, default="hf",
                    help="agent: what decodes the episodes, hf (transformers, default) or vllm (a GPU, needs "
                    "`pip install -e \".[vllm]\"`); recorded in metrics.json")
@@ -169,7 +171,8 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         env = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, schema=args.schema,
                         answer="sql" if args.metric == "ex" else "value", rewards=RewardConfig(mode="binary"))  # fmt: skip
         settings = EvalSettings(max_total_tokens=args.max_total_tokens, batch_size=args.batch_size,
-                                gen=GenerationSettings(seed=args.seed), parser=args.parser, dtype=args.dtype,
+                                gen=GenerationSettings(seed=args.seed), parser=args.parser,
+                                dtype=choose_dtype(args.dtype, model_dir).dtype,
                                 backend=args.backend)  # fmt: skip
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -202,6 +205,7 @@ def _run_text_to_sql(args, out, questions, db_dir, data_name, data, model_dir, n
         raise UsageError("--max-new-tokens and --batch-size must be >= 1, --shots >= 0")
     if args.schema != "hidden" or args.metric != "value":
         raise UsageError("--schema and --metric are the agent's: text_to_sql always shows the full schema and scores EX")
+    args.dtype = choose_dtype(args.dtype, model_dir).dtype
     model, tokenizer = load_model(model_dir, args.dtype)
     start = time.perf_counter()
     try:

@@ -16,7 +16,8 @@ replaces `--multi_gpu` and says everything else (DeepSpeed, FSDP, mixed precisio
 process count still wins. The file is a dependency of the stage only through its name in params.yaml:
 edit it under a new name to rerun.
 
-In the launched processes: all train (the collectives need every process); only the main one opens
+`model.dtype: auto` is measured once, in the process that launches, and inherited by the launched ones
+(`sqlenv.dtype`), so they cannot disagree. In the launched processes: all train (the collectives need every process); only the main one opens
 the stage's MLflow run and writes outputs (`sqlenv.train.processes.is_main_process`).
 """
 
@@ -32,9 +33,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline import paths
 from pipeline.params import LaunchParams, load_params
 from pipeline.stage import run_stage
 from pipeline.tracking import stage_run
+from sqlenv.dtype import choose_dtype
 from sqlenv.train.processes import is_main_process, launched
 
 log = logging.getLogger("launch")
@@ -63,11 +66,15 @@ def run_training_stage(name: str, module: str, main: Callable[[], None]) -> None
     the same module under `accelerate launch`, exiting with its status."""
 
     def launch_or_train() -> None:
-        launch = load_params().launch
+        params = load_params()
+        launch = params.launch
         if launch.num_processes == 1 or launched():
             main()
             return
         cmd = launch_command(module, sys.argv[1:], launch)
+        # Measured once here and inherited (SQLENV_DTYPE_CHOICE), so every process computes in one dtype;
+        # each sets its threads from the cores it shares with the others (LOCAL_WORLD_SIZE).
+        choose_dtype(params.model.dtype, paths.MODELS / "base")
         log.info("%d processes: %s", launch.num_processes, " ".join(cmd))
         code = subprocess.call(cmd, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
         if code:

@@ -2,11 +2,14 @@
 
 Timings on a 2-core machine mean little without these. torch on two cores slows down many times over
 when anything else runs, and CPU models of one machine kind differ (bf16 is fast on some, slow on others).
-`stage_run` logs `facts()` as tags when a stage starts. It logs `load()` at the start and at the end,
-and `peak_rss_mb()` at the end, as metrics (`system/...`), so a slow run shows whether it was contended.
+`stage_run` first sets torch's threads from the physical cores (`set_threads`: two torch threads on one
+core, or more threads than cores, are what makes torch collapse), then logs `facts()` as tags. It logs
+`load()` at the start and at the end, and `peak_rss_mb()` (and on a GPU the peak CUDA memory) at the end,
+as metrics (`system/...`), so a slow run shows whether it was contended. `summary()` is the same record
+for a stage's metrics.json (what the report's per-stage table and a reviewer read without MLflow).
 
-What it does not do: change any setting (thread counts stay what torch chose), or watch memory over time:
-the peak is the kernel's high-water mark of this process and of its waited-for children.
+What it does not do: watch memory over time: the peak is the kernel's high-water mark of this process
+and of its waited-for children.
 """
 
 from __future__ import annotations
@@ -53,6 +56,29 @@ def threads() -> dict[str, str]:
     return out
 
 
+def thread_count(cpuinfo: list[tuple[str, str]] | None = None) -> int:
+    """Threads per process: the physical cores (else the usable CPUs) shared among the data-parallel
+    processes on this machine (LOCAL_WORLD_SIZE, set by `accelerate launch`), at least 1."""
+    cores = physical_cores(_cpuinfo() if cpuinfo is None else cpuinfo)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = min(cores or usable, usable)
+    return max(1, cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+
+
+def set_threads() -> int:
+    """Set OMP_NUM_THREADS (for torch not yet imported, and for child processes) and, if torch is imported,
+    its intra-op threads, to `thread_count()`; an OMP_NUM_THREADS the user set wins. Returns the count."""
+    if "OMP_NUM_THREADS" in os.environ and os.environ.get("SQLENV_THREADS_SET") != os.environ["OMP_NUM_THREADS"]:
+        n = int(os.environ["OMP_NUM_THREADS"])
+    else:
+        n = thread_count()
+        os.environ["OMP_NUM_THREADS"] = os.environ["SQLENV_THREADS_SET"] = str(n)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
 def facts() -> dict[str, str]:
     """Tags for a stage run: CPU model, logical CPUs, physical cores, CPUs this process may use, threads."""
     cpuinfo = _cpuinfo()
@@ -80,4 +106,28 @@ def peak_rss_mb() -> dict[str, Any]:
     scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # ru_maxrss: KiB on Linux, bytes on macOS
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale
-    return {"system/peak_rss_mb": round(own, 1), "system/peak_rss_children_mb": round(children, 1)}
+    out = {"system/peak_rss_mb": round(own, 1), "system/peak_rss_children_mb": round(children, 1)}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["system/peak_cuda_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return out
+
+
+_started: dict[str, float] = {}
+
+
+def mark_start() -> dict[str, float]:
+    """`load("start")`, remembered for `summary()`."""
+    _started.clear()
+    _started.update(load("start"))
+    return dict(_started)
+
+
+def summary() -> dict[str, Any]:
+    """What a stage's metrics.json records of its machine: CPU, cores, threads, load at the start (from
+    `mark_start`) and now, and the peak memory so far (`system/` dropped from the names)."""
+    tags = facts()
+    record: dict[str, Any] = {k.removeprefix("system/"): tags[k] for k in ("system/cpu_model", "system/physical_cores")}
+    record.update({k.removeprefix("system/"): v for k, v in threads().items()})
+    record.update({k.removeprefix("system/"): v for k, v in {**_started, **load("end"), **peak_rss_mb()}.items()})
+    return record

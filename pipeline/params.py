@@ -80,12 +80,13 @@ class EnvParams:
     sample_rows: int
     schema: Literal["hidden", "full"]
     answer: Literal["value", "sql"]
+    prompt: Literal["compact", "verbose"]
 
 
 @dataclass(frozen=True)
 class ModelParams:
     base: str
-    dtype: Literal["bfloat16", "float32"]
+    dtype: Literal["auto", "bfloat16", "float32"]
     enable_thinking: bool
 
 

@@ -143,13 +143,14 @@ def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -
     """
     mlflow.set_tracking_uri(tracking_uri())
     experiment_id = _experiment_id()
+    machine.set_threads()
     tags = {**run_tags(stage, params), **machine.facts()}
     parent = _parent_run_id(experiment_id)
     with mlflow.start_run(
         experiment_id=experiment_id, run_name=run_name or stage, tags=tags, parent_run_id=parent
     ) as run:
         mlflow.log_params(flatten(params))
-        mlflow.log_metrics(machine.load("start"))
+        mlflow.log_metrics(machine.mark_start())
         previous = os.environ.get("MLFLOW_RUN_ID")
         os.environ["MLFLOW_RUN_ID"] = run.info.run_id
         try:
@@ -172,6 +173,14 @@ def _log_end(run_id: str) -> None:
         metrics=[Metric(k, float(v), now, 0) for k, v in end.items()],
         tags=[RunTag(k, v) for k, v in machine.threads().items()],
     )
+
+
+def log_dtype(choice: Any) -> None:
+    """The compute dtype a stage chose (`sqlenv.dtype.DtypeChoice`): a tag, and the timings behind `auto`."""
+    mlflow.set_tags({"dtype": choice.dtype, "dtype_reason": choice.reason})
+    timings = {f"dtype/{k}": v for k, v in (("bf16_ms", choice.bf16_ms), ("fp32_ms", choice.fp32_ms)) if v is not None}
+    if timings:
+        mlflow.log_metrics(timings)
 
 
 def log_metrics(metrics: dict[str, Any], step: int | None = None, prefix: str = "") -> None:

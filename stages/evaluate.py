@@ -23,12 +23,13 @@ from pathlib import Path
 
 import mlflow
 
-from pipeline import paths
+from pipeline import machine, paths
 from pipeline.io import read_jsonl
 from pipeline.params import load_params, section_dict
 from pipeline.results import log_result, write_result
 from pipeline.stage import run_stage
-from pipeline.tracking import git_commit, stage_run
+from pipeline.tracking import git_commit, log_dtype, stage_run
+from sqlenv.dtype import choose_dtype
 from sqlenv.env.environment import EnvConfig
 from sqlenv.eval.decode import GenerationSettings
 from sqlenv.eval.evaluation import subset
@@ -57,10 +58,12 @@ def main() -> None:
     config = EnvConfig.from_dict({**read["env"], "rewards": {"mode": "binary"}})  # verdicts, not the training reward
     read["model"] = {"dtype": params.model.dtype}
     gen = GenerationSettings(do_sample=ev.do_sample, temperature=ev.temperature, top_p=ev.top_p, seed=params.seed)
-    settings = EvalSettings(max_total_tokens=ev.max_total_tokens, batch_size=ev.batch_size, gen=gen, parser=pol.parser,
-                            shots=pol.shots, few_shot_seed=ev.few_shot_seed, dtype=params.model.dtype,
-                            backend=ev.backend)  # fmt: skip
     from_samples = source.suffix == ".jsonl"
+    plays = pol.model is not None and not from_samples
+    dtype = choose_dtype(params.model.dtype, source if plays else None) if plays else None
+    settings = EvalSettings(max_total_tokens=ev.max_total_tokens, batch_size=ev.batch_size, gen=gen, parser=pol.parser,
+                            shots=pol.shots, few_shot_seed=ev.few_shot_seed, dtype=dtype.dtype if dtype else "bfloat16",
+                            backend=ev.backend)  # fmt: skip
     if from_samples and not source.is_file():
         raise FileNotFoundError(f"episodes to read {set_name} off not found: {source}")
     if pol.model is not None and not from_samples and not (source / "config.json").is_file():
@@ -100,6 +103,10 @@ def main() -> None:
             pol.name, set_name, records, model=model_info, settings=described, env_config=config,
             played_on=played_on, seed=params.seed, git_commit=git_commit()[0], wall_time_s=round(wall, 1),
         )  # fmt: skip
+        document["system"] = machine.summary()
+        if dtype is not None:
+            document["dtype"] = dtype.as_dict()
+            log_dtype(dtype)
         write_result(out, records, document)
         log_result(out, records, document)
         mlflow.log_metric("wall_time_s", wall)

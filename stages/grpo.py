@@ -22,12 +22,13 @@ import time
 import mlflow
 import pandas as pd
 
-from pipeline import paths
+from pipeline import machine, paths
 from pipeline.grpo_logging import MLflowGRPOLogger
 from pipeline.io import atomic_dir, atomic_write_json, atomic_write_text
 from pipeline.launch import main_stage_run, run_training_stage
 from pipeline.params import load_params, params_hash
-from pipeline.tracking import log_metrics
+from pipeline.tracking import log_dtype, log_metrics
+from sqlenv.dtype import choose_dtype
 from sqlenv.provenance import model_fingerprint
 from sqlenv.train.grpo import (
     STAGES,
@@ -58,6 +59,8 @@ def main(phase: int) -> None:
     read["launch"] = dataclasses.asdict(params.launch)  # in the resume key too: a step's batch depends on it
     settings = phase_settings(read, phase)
     start = START_MODEL[phase]
+    dtype = choose_dtype(settings.dtype, paths.MODELS / "base")
+    settings = dataclasses.replace(settings, dtype=dtype.dtype)  # what it computes in; the resume key keeps the param
     if not (start / "config.json").is_file():
         raise FileNotFoundError(f"starting model not found: {start} (run the stage that makes it first)")
     questions, ckpt_dir = paths.questions_file("train"), paths.CHECKPOINTS / stage
@@ -110,9 +113,12 @@ def main(phase: int) -> None:
             "processes": plan.world_size,
             "model_fingerprint": fingerprint,
             "start_fingerprint": start_fp,
+            "dtype": dtype.as_dict(),
+            "system": machine.summary(),
         }
         atomic_write_json(paths.metrics_file(stage), metrics)
-        log_metrics({k: v for k, v in metrics.items() if k != "steps"}, prefix="final/")
+        log_dtype(dtype)
+        log_metrics({k: v for k, v in metrics.items() if k not in ("steps", "dtype", "system")}, prefix="final/")
         mlflow.log_dict(metrics, "metrics.json")
         mlflow.log_artifact(str(report / "curve.csv"))
         shutil.rmtree(ckpt_dir, ignore_errors=True)  # a finished phase must never be "resumed" by a later run

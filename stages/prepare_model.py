@@ -20,6 +20,7 @@ from pipeline.io import atomic_write_json
 from pipeline.params import load_params, section_dict
 from pipeline.stage import run_stage
 from pipeline.tracking import log_metrics, stage_run
+from sqlenv.dtype import prepare_dtype
 from sqlenv.models import ModelPreparationError, prepare_base_model
 
 STAGE = "prepare_model"
@@ -34,7 +35,7 @@ def main() -> None:
         t0 = time.monotonic()
         try:
             prov = prepare_base_model(
-                params.model.base, OUT, dtype=params.model.dtype, enable_thinking=params.model.enable_thinking
+                params.model.base, OUT, dtype=prepare_dtype(params.model.dtype), enable_thinking=params.model.enable_thinking
             )
         except ModelPreparationError as exc:  # a missing part, a bad spec: the user's to fix, not a bug
             raise ValueError(str(exc)) from exc

@@ -20,11 +20,12 @@ from collections.abc import Iterator
 import mlflow
 import pandas as pd
 
-from pipeline import paths
+from pipeline import machine, paths
 from pipeline.io import atomic_dir, atomic_write_json, atomic_write_text, read_jsonl
 from pipeline.launch import main_stage_run, run_training_stage
 from pipeline.params import load_params, section_dict
-from pipeline.tracking import log_metrics
+from pipeline.tracking import log_dtype, log_metrics
+from sqlenv.dtype import choose_dtype
 from sqlenv.train.processes import is_main_process, world_size
 from sqlenv.train.sft import TrainConfig, train_sft
 
@@ -60,7 +61,8 @@ def main() -> None:
         if not (BASE / "config.json").is_file():
             raise FileNotFoundError(f"base model not found: {BASE} (run the prepare_model stage)")
         records = read_jsonl(paths.SFT_DATA / "train.jsonl")
-        config = TrainConfig.from_params(read["sft"], seed=params.seed, dtype=params.model.dtype, report_to=("mlflow",))
+        dtype = choose_dtype(params.model.dtype, BASE)
+        config = TrainConfig.from_params(read["sft"], seed=params.seed, dtype=dtype.dtype, report_to=("mlflow",))
         if not is_main_process():  # trains alongside the main process, which saves and logs
             train_sft(records, BASE, None, config, output_dir=paths.CHECKPOINTS / STAGE)
             return
@@ -72,8 +74,10 @@ def main() -> None:
         atomic_write_text(paths.report_dir(STAGE) / "loss.csv", curve.to_csv(index=False))
         train_s = time.monotonic() - t0
 
-        metrics = {**result.metrics(), "processes": world_size(), "wall_s": {"train_and_save": round(train_s, 1)}}
+        metrics = {**result.metrics(), "processes": world_size(), "wall_s": {"train_and_save": round(train_s, 1)},
+                   "dtype": dtype.as_dict(), "system": machine.summary()}  # fmt: skip
         atomic_write_json(paths.metrics_file(STAGE), metrics)
+        log_dtype(dtype)
         log_metrics({k: metrics[k] for k in ("dataset", "steps", "step_s", "train_wall_s")}, prefix="sft/")
         log_metrics(metrics["wall_s"], prefix="wall_s/")
         mlflow.set_tag("model_fingerprint", metrics["fingerprint"])

@@ -37,12 +37,17 @@ def test_system_prompts_differ_by_mode_and_the_default_is_unchanged():
     assert EnvConfig().system_prompt == prompts.SYSTEM_PROMPT == prompts.system_prompt("hidden", "value")
     texts = {mode: prompts.system_prompt(*mode) for mode in MODES}
     assert len(set(texts.values())) == 4
-    assert "answer(sql)" in texts["full", "sql"] and "answer(value)" not in texts["full", "sql"]
+    verbose = {mode: prompts.system_prompt(*mode, style="verbose") for mode in MODES}
+    assert len(set(verbose.values())) == 4 and not set(verbose.values()) & set(texts.values())
+    assert "answer(sql)" in verbose["full", "sql"] and "answer(value)" not in verbose["full", "sql"]
+    assert "with that query" in texts["full", "sql"] and "copied from that query result" in texts["full", "value"]
     assert "CREATE TABLE" in texts["full", "value"] and "hidden until you look" in texts["hidden", "sql"]
     with pytest.raises(ValueError, match="schema must be one of"):
         EnvConfig(schema="visible")
     with pytest.raises(ValueError, match="answer must be one of"):
         EnvConfig(answer="text")
+    with pytest.raises(ValueError, match="prompt must be one of"):
+        EnvConfig(prompt="terse")
 
 
 @pytest.mark.parametrize(

@@ -121,7 +121,9 @@ def test_full_schema_and_ex_metric_play_the_agent_in_that_mode(tiny, questions_f
     assert {"value_accuracy", "value_accuracy_low", "value_accuracy_high"} <= set(doc["metrics"])
     samples = [json.loads(x) for x in (Path(summary["out"]) / "samples.jsonl").read_text().splitlines()]
     assert all("Database schema:\nCREATE TABLE" in s["messages"][1]["content"] for s in samples)
-    assert all("answer(sql)" in s["messages"][0]["content"] for s in samples)
+    from sqlenv.env import prompts
+
+    assert all(s["messages"][0]["content"] == prompts.system_prompt("full", "sql") for s in samples)
 
 
 def test_models_load_on_the_device_evaluation_picks(tiny, monkeypatch):

@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "files": set(),
     "provenance": set(),
     "chat_templates": set(),
+    "dtype": set(),
     "env": {"types"},
     "data": {"types", "files", "env"},
     "models": {"types", "files", "provenance", "chat_templates"},

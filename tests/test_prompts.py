@@ -16,10 +16,37 @@ Q = Question(id="1", db_id="concert", question="  How many singers?  ", gold_sql
 
 
 def test_system_prompt_names_tools_and_stopping_rule():
-    text = prompts.SYSTEM_PROMPT
+    verbose = prompts.system_prompt(style="verbose")
     for word in ("describe(table_name)", "sample(table_name)", "query(sql)", "answer(value)", "exactly once", "stop"):
-        assert word in text
-    assert "CREATE TABLE" not in text  # schemas are discovered, never listed
+        assert word in verbose
+    compact = prompts.SYSTEM_PROMPT  # the default: the tools are named by their schemas only
+    assert compact == prompts.system_prompt("hidden", "value", "compact")
+    assert "describe(" not in compact and "exactly once" in compact and "stop" in compact
+    for text in (verbose, compact):
+        assert "CREATE TABLE" not in text  # schemas are discovered, never listed
+    with pytest.raises(ValueError, match="prompt style"):
+        prompts.system_prompt(style="terse")
+
+
+@pytest.mark.parametrize("style, tokens", [("verbose", 716), ("compact", 522)])
+def test_prompt_tokens_of_each_style(tiny_models, style, tokens):
+    """The first prompt of a hidden-schema question as TRL renders it (Qwen2.5 tokenizer): the figures the
+    params.yaml comment and prompts.PROMPT_STYLES quote. The compact schemas keep every tool and argument."""
+    from sqlenv.env.environment import EnvConfig
+    from sqlenv.env.trl_adapter import agent_env_class, tool_methods, tool_schemas
+
+    tokenizer = tiny_models.tokenizer("qwen2_5")
+    config = EnvConfig(prompt=style)
+    env = agent_env_class(config)(config=config)
+    messages = prompts.initial_messages(Q, prompts.tables_observation(["a", "b", "c"]), config.system_prompt)
+    messages[1]["content"] = "How many x?\n\nTables in the database: a, b, c."
+    ids = tokenizer.apply_chat_template(messages, tools=tool_methods(env), add_generation_prompt=True, tokenize=True,
+                                        return_dict=True)["input_ids"]  # fmt: skip
+    assert len(ids) == tokens
+    schemas = {s["function"]["name"]: s["function"] for s in tool_schemas(config)}
+    assert sorted(schemas) == ["answer", "describe", "query", "sample"]
+    assert all(("return" in s) == (style == "verbose") for s in schemas.values())
+    assert schemas["answer"]["parameters"]["properties"]["value"]["description"].startswith("The answer values")
 
 
 def test_initial_messages_equal_trl_concatenation():

@@ -100,6 +100,7 @@ class EnvConfig:
     sample_rows: int = 3
     schema: str = "hidden"  # hidden: table names only | full: CREATE TABLE statements in the first message
     answer: str = "value"  # value: answer(value), the value verifier | sql: answer(sql), execution accuracy
+    prompt: str = "compact"  # compact: no tool list in the system prompt, no Returns in tool schemas | verbose (round 1)
     rewards: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
@@ -111,11 +112,13 @@ class EnvConfig:
             raise ValueError(f"schema must be one of {SCHEMA_MODES}, got {self.schema!r}")
         if self.answer not in ANSWER_MODES:
             raise ValueError(f"answer must be one of {ANSWER_MODES}, got {self.answer!r}")
+        if self.prompt not in prompts.PROMPT_STYLES:
+            raise ValueError(f"prompt must be one of {prompts.PROMPT_STYLES}, got {self.prompt!r}")
 
     @property
     def system_prompt(self) -> str:
-        """The system prompt of this schema and answer mode (`prompts.system_prompt`)."""
-        return prompts.system_prompt(self.schema, self.answer)
+        """The system prompt of this schema and answer mode and prompt style (`prompts.system_prompt`)."""
+        return prompts.system_prompt(self.schema, self.answer, self.prompt)
 
     @property
     def mode(self) -> str:

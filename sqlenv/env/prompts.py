@@ -60,16 +60,34 @@ _HOW_TO_ANSWER = {
     "sql": "When a query returns exactly the rows that answer the question, call answer exactly once "
     "with that query: its result is your answer. ",
 }
+# The answer tool's argument description states the value format; compact prompts do not repeat it.
+_HOW_TO_ANSWER_COMPACT = {
+    "value": "When a query returns the rows that answer the question, call answer exactly once with the values "
+    "copied from that query result. ",
+    "sql": _HOW_TO_ANSWER["sql"],
+}
 _STOP = "After answering, stop: reply with a short plain sentence and no tool call."
 
 
-def system_prompt(schema: str = "hidden", answer: str = "value") -> str:
-    """The system prompt of a schema mode (`hidden` | `full`) and an answer mode (`value` | `sql`)."""
-    return (_INTRO + _SCHEMA_LINE[schema] + _TOOLS + _ANSWER_TOOL[answer] + _EXPLORE[schema]
-            + _HOW_TO_ANSWER[answer] + _STOP)  # fmt: skip
+# Prompt styles. `verbose` (round 1) lists the tools in the system prompt although the chat template
+# prints their JSON schemas right below it, and every schema carries a `return` description; `compact`
+# drops both (the schemas keep each tool's description and argument docs: `trl_adapter.agent_env_class`).
+# The Qwen2.5 prompt of a hidden-schema question falls from 716 to 522 tokens (a test pins both); SFT
+# trajectories, GRPO log-prob passes and evaluation prefill all pay for it on every episode.
+PROMPT_STYLES = ("compact", "verbose")
 
 
-SYSTEM_PROMPT = system_prompt()  # the default modes (schema hidden, value answers)
+def system_prompt(schema: str = "hidden", answer: str = "value", style: str = "compact") -> str:
+    """The system prompt of a schema mode (`hidden` | `full`), an answer mode (`value` | `sql`) and a
+    prompt style (`compact` | `verbose`, see PROMPT_STYLES)."""
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"prompt style must be one of {PROMPT_STYLES}, got {style!r}")
+    if style == "verbose":
+        return _INTRO + _SCHEMA_LINE[schema] + _TOOLS + _ANSWER_TOOL[answer] + _EXPLORE[schema] + _HOW_TO_ANSWER[answer] + _STOP
+    return _INTRO + _SCHEMA_LINE[schema] + _EXPLORE[schema] + _HOW_TO_ANSWER_COMPACT[answer] + _STOP
+
+
+SYSTEM_PROMPT = system_prompt()  # the default modes (schema hidden, value answers, compact), as EnvConfig()
 
 # The plain assistant turn that closes a scripted (SFT) episode after `answer`; TRL only
 # stops a rollout when the model produces a turn without a tool call, so the model must

@@ -25,6 +25,10 @@ In the `sql` answer mode the answer tool takes the final SQL: `SQLAnswerAgentEnv
 each class refuses a config of the other mode, so the tool schema a model is shown always matches
 what the environment judges.
 
+Tool docstrings say what a tool does and what its arguments are, not what it returns (the model reads the
+result anyway): that is the compact prompt (`env.prompt: compact`, the default). `agent_env_class` of a
+`verbose` config gives round 1's schemas back, with `return` entries (`verbose_tools`).
+
 Diagnostics for logging callbacks: `env._episode` (a property, so TRL does not list it)
 returns `SQLEnv.summary()` — component sums, steps, calls after the end, answered, correct.
 """
@@ -93,50 +97,38 @@ class SQLAgentEnv:
         return self._env.reset(question, db_path=row.get("db_path") or None)
 
     @_tool
-    def describe(self, table_name: str) -> str:
+    def describe(self, table_name: str):
         """Show a table's columns with their types, its primary key and foreign keys, and its row count.
 
         Args:
             table_name: Name of a table in the database.
-
-        Returns:
-            The table description, or an error message.
         """
         return self._step("describe", {"table_name": table_name})
 
     @_tool
-    def sample(self, table_name: str) -> str:
+    def sample(self, table_name: str):
         """Show a few rows of a table.
 
         Args:
             table_name: Name of a table in the database.
-
-        Returns:
-            The first rows of the table, or an error message.
         """
         return self._step("sample", {"table_name": table_name})
 
     @_tool
-    def query(self, sql: str) -> str:
+    def query(self, sql: str):
         """Run one read-only SQLite SELECT statement and show its result rows.
 
         Args:
             sql: The SQLite query to run.
-
-        Returns:
-            The result rows (long results are cut), or SQLite's error message.
         """
         return self._step("query", {"sql": sql})
 
     @_tool
-    def answer(self, value: str) -> str:
+    def answer(self, value: str):
         """Submit the final answer and end the episode. Call it exactly once.
 
         Args:
             value: The answer values copied from the query result: one value as it is, one column as "a, b, c", several columns as one row per line with " | " between values.
-
-        Returns:
-            A confirmation that the answer was recorded.
         """
         return self._step("answer", {"value": value})
 
@@ -163,22 +155,53 @@ class SQLAnswerAgentEnv(SQLAgentEnv):
     _answer_mode = "sql"
 
     @_tool
-    def answer(self, sql: str) -> str:
+    def answer(self, sql: str):
         """Submit the final SQL query and end the episode: its result is the answer. Call it exactly once.
 
         Args:
             sql: The SQLite SELECT statement whose result answers the question.
-
-        Returns:
-            A confirmation that the answer was recorded.
         """
         return self._step("answer", {"sql": sql})
 
 
 def agent_env_class(config: EnvConfig | str = EnvConfig()) -> type[SQLAgentEnv]:
-    """The adapter class of a config's answer mode (or of the mode's name): what TRL's factory builds."""
+    """The adapter class of a config's answer mode (or of the mode's name, compact prompt): what TRL's
+    factory builds. A verbose-prompt config (round 1's) gets the same class with its tools' `Returns:`
+    docs and return type back (`verbose_tools`), so TRL's schemas carry `return` entries again."""
     answer = config if isinstance(config, str) else config.answer
-    return SQLAnswerAgentEnv if answer == "sql" else SQLAgentEnv
+    cls = SQLAnswerAgentEnv if answer == "sql" else SQLAgentEnv
+    return verbose_tools(cls) if not isinstance(config, str) and config.prompt == "verbose" else cls
+
+
+# What round 1's tool docstrings said under `Returns:` (env.prompt: verbose); the compact default leaves it out
+# (the tool result is shown anyway), 27 tokens per tool in the rendered schemas.
+VERBOSE_RETURNS = {
+    "describe": "The table description, or an error message.",
+    "sample": "The first rows of the table, or an error message.",
+    "query": "The result rows (long results are cut), or SQLite's error message.",
+    "answer": "A confirmation that the answer was recorded.",
+}
+
+
+@functools.cache
+def verbose_tools(cls: type[SQLAgentEnv]) -> type[SQLAgentEnv]:
+    """A subclass of the same name whose tools document what they return (`Returns:` and `-> str`), as
+    round 1's did. Same name: TRL names the reward column after the class (`rewards/SQLAgentEnv/mean`)."""
+    namespace: dict[str, Any] = {"__doc__": cls.__doc__, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    for func in tool_functions(cls):
+
+        def make(method: Callable[..., str]) -> Callable[..., str]:
+            @functools.wraps(method)
+            def tool(self: SQLAgentEnv, *args: Any, **kwargs: Any) -> str:
+                return method(self, *args, **kwargs)
+
+            doc = (method.__doc__ or "").rstrip()
+            tool.__doc__ = f"{doc}\n\n        Returns:\n            {VERBOSE_RETURNS[method.__name__]}\n        "
+            tool.__annotations__ = {**method.__annotations__, "return": "str"}
+            return tool
+
+        namespace[func.__name__] = make(func)
+    return type(cls.__name__, (cls,), namespace)
 
 
 # ------------------------------------------------------------------------------------------- the tools

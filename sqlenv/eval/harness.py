@@ -149,7 +149,7 @@ def play(
     if settings.shots:
         examples = few_shot_examples(few_shot_pool, settings.shots, db_dir=db_dir, env_config=env_config,
                                      seed=settings.few_shot_seed)  # fmt: skip
-        system_prompt = few_shot_system_prompt(settings.shots, examples)
+        system_prompt = few_shot_system_prompt(settings.shots, examples, system=env_config.system_prompt)
     records = run_episodes(
         model, tokenizer, questions, db_dir=db_dir, env_config=env_config, gen=settings.gen,
         system_prompt=system_prompt, batch_size=settings.batch_size, max_total_tokens=settings.max_total_tokens,
