@@ -135,7 +135,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     from sqlenv.data.splits import stratified_sample
     from sqlenv.env.environment import EnvConfig
     from sqlenv.env.rewards import RewardConfig
-    from sqlenv.eval.decode import GenerationSettings
+    from sqlenv.decode import GenerationSettings
     from sqlenv.eval.harness import EvalSettings, play, result_document
     from sqlenv.provenance import chat_template_kwargs
 

@@ -125,6 +125,7 @@ class GRPOParams:
     transcripts_per_log: int
     few_shot_steps: int
     use_vllm: Literal["none", "colocate", "server"]
+    rollout_decoder: Literal["cached", "trl"]
 
 
 @dataclass(frozen=True)

@@ -370,7 +370,7 @@ def _validate(folder: Path, source_fp: str, question: Any, db_dir: Path, first: 
 
     from sqlenv.env.environment import EnvConfig
     from sqlenv.env.rewards import RewardConfig
-    from sqlenv.eval.decode import GenerationSettings
+    from sqlenv.decode import GenerationSettings
     from sqlenv.eval.harness import EvalSettings, play
     from sqlenv.provenance import chat_template_kwargs, model_fingerprint
 

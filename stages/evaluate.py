@@ -31,7 +31,7 @@ from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, log_dtype, stage_run
 from sqlenv.dtype import choose_dtype
 from sqlenv.env.environment import EnvConfig
-from sqlenv.eval.decode import GenerationSettings
+from sqlenv.decode import GenerationSettings
 from sqlenv.eval.evaluation import subset
 from sqlenv.eval.harness import EvalSettings, load_questions_file, play, result_document
 from sqlenv.eval.policies import POLICIES, run_random

@@ -393,8 +393,13 @@ def test_per_step_metrics_and_curve(scripted_run):
         assert row["tools/call_frequency"] == pytest.approx((3 + 3 + 4) / 3)
         assert row["rewards/correctness/mean"] == pytest.approx(1 / 3)
         assert row["frac_reward_zero_std"] == 0.0
+    # Which questions each step generated for (one question x 3 generations per step here), and how many so far.
+    ids = {q.id for q in COUNT_QUESTIONS}
+    assert all(row["questions"] in ids for row in rows)
+    assert [r["distinct_questions"] for r in rows] == [1, len({r["questions"] for r in rows})]
     summary = summarize_curve(rows)
     assert summary["accuracy_mean"] == pytest.approx(1 / 3) and summary["steps_logged"] == 2
+    assert summary["distinct_questions"] == rows[-1]["distinct_questions"]
 
 
 def test_few_shot_examples_only_for_the_first_steps(scripted_run):
@@ -439,3 +444,67 @@ def test_final_model_is_merged_and_plain(scripted_run, tmp_path):
     assert provenance["fingerprint"] == fingerprint and provenance["training"][-1]["stage"] == "grpo_phase1"
     model = AutoModelForCausalLM.from_pretrained(out)
     assert not any("lora" in n for n, _ in model.named_parameters())
+
+
+# ------------------------------------------------------------------------------------- rollout decoder
+def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(tmp_path, concert_db_dir):  # noqa: F811
+    """`grpo.rollout_decoder: cached` in place of TRL's `_generate_single_turn` (transformers path): with
+    greedy-equivalent sampling (top_k=1) the same completions, first turn and a later turn that extends
+    the rollouts' contexts by a tool result; the later turn feeds the model only the new tokens. Calls
+    TRL's own method for the reference, so a change of its signature or outputs fails here."""
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from sqlenv.train.tiny_model import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny", dtype="float32")
+    questions = tmp_path / "train.jsonl"
+    questions.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in COUNT_QUESTIONS))
+    p = repo_params()
+    p["model"]["dtype"] = "float32"
+    p["grpo"].update(batch_size=3, lora_r=4, lora_alpha=8, rollout_decoder="cached")
+    p["grpo_phase1"].update(beta=0.0, max_steps=1, num_generations=3, max_completion_length=40)
+    trainer = build_trainer(phase_settings(phase_sections(p, 1), 1), model_path=tiny, questions_file=questions,
+                            db_dir=concert_db_dir, checkpoint_dir=tmp_path / "ck")  # fmt: skip
+    assert trainer._turns is not None
+    trainer.top_k = trainer.generation_config.top_k = 1  # sampling that picks the argmax: comparable token for token
+    trainer._turns.decoder.gen = dataclasses.replace(trainer._turns.decoder.gen, top_k=1)
+    tok = AutoTokenizer.from_pretrained(tiny)
+    rendered = [tok.apply_chat_template([{"role": "system", "content": prompts.SYSTEM_PROMPT},
+                                         {"role": "user", "content": q.question}], add_generation_prompt=True,
+                                        tokenize=True, return_dict=True)["input_ids"] for q in COUNT_QUESTIONS[:2]]  # fmt: skip
+    first = [rendered[0], rendered[0], rendered[1]]  # a group of two and another question
+    fed = []
+    base = trainer.model.get_base_model()
+    import torch
+
+    torch.manual_seed(0)  # a random tiny model's argmax is one token everywhere: make its outputs depend on the context
+    for name, weight in base.named_parameters():
+        if "norm" not in name:
+            weight.data.normal_(0, 0.3)
+    hook = base.register_forward_pre_hook(lambda m, a, kw: fed.append(kw["input_ids"].numel()), with_kwargs=True)
+
+    trainer._turns.reset()
+    probe = trainer._generate_single_turn(first, None, {}, 1)[0]
+    stop = next(t for i, t in enumerate(probe[0]) if i >= 4 and t not in probe[0][:i])  # stop a first turn early
+    trainer.eos_token_ids = [*trainer.eos_token_ids, stop]
+    trainer.generation_config.eos_token_id = list(trainer.eos_token_ids)
+    trainer._turns.decoder.eos_ids = list(trainer.eos_token_ids)
+    trainer._turns.reset()
+    ours = trainer._generate_single_turn(first, None, {}, 1)[0]
+    tool = tok("<|im_end|>\n<|im_start|>user\n<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+               add_special_tokens=False)["input_ids"]  # fmt: skip
+    order = [2, 0]  # TRL passes on only the rollouts that called a tool, in order; here also out of order
+    later = [first[i] + ours[i] + tool for i in order]
+    fed.clear()
+    ours_later = trainer._generate_single_turn(later, None, {}, 1)[0]
+    prefilled = fed[0]
+    hook.remove()
+
+    trl_first = GRPOTrainer._generate_single_turn(trainer, first, None, {}, 1)[0]
+    trl_later = GRPOTrainer._generate_single_turn(trainer, later, None, {}, 1)[0]
+    left = [max(0, 40 - (len(x) - len(first[i]))) for x, i in zip(later, order)]  # TRL cuts a later turn to what is left
+    assert ours == trl_first and ours[0][-1] == stop and len(ours[0]) < 40
+    assert left[1] > 0 and ours_later[1] and ours_later == [c[:n] for c, n in zip(trl_later, left)]
+    # The later turn prefilled the tool result (+ the last completion token) per row, not the whole context.
+    assert prefilled == len(order) * (len(tool) + 1) < sum(len(x) for x in later)

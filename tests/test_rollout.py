@@ -15,7 +15,7 @@ from sqlenv.data.oracle import oracle_calls, play
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.env.trl_adapter import SQLAgentEnv, agent_env_class, tool_methods
-from sqlenv.eval.decode import GenerationSettings, ModelGenerator
+from sqlenv.decode import GenerationSettings, ModelGenerator
 from sqlenv.eval.rollout import (
     Episode,
     generation_eos_ids,

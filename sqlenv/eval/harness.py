@@ -26,7 +26,7 @@ from sqlenv.data.questions import load_questions_file  # noqa: F401  (re-exporte
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.tool_calls import PARSERS
 from sqlenv.env.verifier import VERIFIER_VERSION
-from sqlenv.eval.decode import GenerationSettings
+from sqlenv.decode import GenerationSettings
 from sqlenv.eval.evaluation import episode_metrics
 from sqlenv.eval.vllm_backend import check_backend, require_vllm
 from sqlenv.types import EpisodeRecord, Question, db_file

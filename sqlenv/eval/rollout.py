@@ -50,7 +50,7 @@ step budget was used up; `end_reason` = why the episode stopped; `tokens` = toke
 `reward`/`reward_components` are the env's own sums.
 
 Batching: a rolling pool of `batch_size` episodes; each turn, the next completion of every running
-episode comes from ONE batched generation (`sqlenv.eval.decode.ModelGenerator`, which keeps each
+episode comes from ONE batched generation (`sqlenv.decode.ModelGenerator`, which keeps each
 episode's key/value cache between turns; or, with `backend="vllm"`, one `vllm.LLM.generate` through
 `sqlenv.eval.vllm_backend.VLLMGenerator`), then tools run, then finished episodes leave and queued ones
 take their slots.
@@ -69,7 +69,7 @@ from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.tool_calls import parse_turn
 from sqlenv.env.trl_adapter import agent_env_class, tool_methods
-from sqlenv.eval.decode import GenerationSettings, ModelGenerator, TurnGenerator
+from sqlenv.decode import GenerationSettings, ModelGenerator, TurnGenerator
 from sqlenv.types import EpisodeRecord, Question
 
 

@@ -32,7 +32,7 @@ from typing import Any
 from sqlenv.env import prompts
 from sqlenv.env.execution_match import execution_verdict, order_matters
 from sqlenv.env.sandbox import Sandbox, SandboxLimits
-from sqlenv.eval.decode import GenerationSettings, ModelGenerator, TurnGenerator
+from sqlenv.decode import GenerationSettings, ModelGenerator, TurnGenerator
 from sqlenv.types import EpisodeRecord, Question, db_file, stable_hash
 
 SYSTEM_PROMPT = (

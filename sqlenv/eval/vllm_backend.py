@@ -4,7 +4,7 @@
 episodes, each with its whole context and token budget. `VLLMGenerator` answers each turn with ONE
 `vllm.LLM.generate` over those contexts as token ids (`{"prompt_token_ids": ...}`, never re-tokenised
 text), so the episode loop, the tool-call parsing and the token bookkeeping stay the ones the HF backend
-(`sqlenv.eval.decode.ModelGenerator`) uses; only the decoding moves. vLLM's automatic prefix caching takes
+(`sqlenv.decode.ModelGenerator`) uses; only the decoding moves. vLLM's automatic prefix caching takes
 the place of the HF backend's per-episode KV caches: the shared system prompt and each episode's growing
 history are found in its paged cache by their token ids, so `start`/`finish` keep no cache of their own.
 
@@ -36,7 +36,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlenv.eval.decode import GenerationSettings
+from sqlenv.decode import GenerationSettings
 
 BACKENDS = ("hf", "vllm")  # evaluate.backend; plain words that survive YAML 1.1 and DVC's -S rewriting
 INSTALL_HINT = 'pip install -e ".[vllm]" (TRL 1.16\'s vllm extra: vllm 0.22-0.31, a CUDA build)'

@@ -106,6 +106,7 @@ class PhaseSettings:
     lora_alpha: int
     few_shot_steps: int
     use_vllm: str  # none | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
+    rollout_decoder: str  # cached (our KV-cached decode loop for each turn) | trl (TRL's transformers generate)
     transcripts_every: int
     transcripts_per_log: int
     dtype: str
@@ -248,19 +249,90 @@ def _trainer_class():
     class SQLAgentGRPOTrainer(GRPOTrainer):
         """GRPOTrainer whose first `few_shot_steps` steps see worked examples in the system prompt."""
 
-        def __init__(self, *args: Any, few_shot_system: str | None = None, few_shot_steps: int = 0, **kwargs: Any):
+        def __init__(self, *args: Any, few_shot_system: str | None = None, few_shot_steps: int = 0,
+                     rollout_decoder: str = "cached", **kwargs: Any):  # fmt: skip
             super().__init__(*args, **kwargs)
             self.few_shot_system = few_shot_system
             self.few_shot_steps = few_shot_steps if few_shot_system else 0
+            self._questions: list[str] = []  # ids of the questions generated for since the last training log
+            if rollout_decoder not in ROLLOUT_DECODERS:
+                raise ValueError(f"grpo.rollout_decoder must be one of {ROLLOUT_DECODERS}, got {rollout_decoder!r}")
+            self._turns = None
+            if rollout_decoder == "cached" and cached_decoding_applies(self):
+                from sqlenv.decode import ExtendingContexts, GenerationSettings
+
+                gen = GenerationSettings(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0)
+                self._turns = ExtendingContexts(None, gen, list(self.eos_token_ids), self._tokenizer.pad_token_id)
 
         def _generate_and_score_completions(self, inputs):
             # Called once per generation batch, inside the step that uses it: global_step is the
             # number of finished steps (restored on resume), so steps 1..few_shot_steps get examples.
+            if self.model.training:
+                from accelerate.utils import gather_object
+
+                self._questions.extend(gather_object([str(x.get("id", "")) for x in inputs]))  # every process calls it
             if self.model.training and self.state.global_step < self.few_shot_steps:
                 inputs = [{**x, "prompt": [{"role": "system", "content": self.few_shot_system}, *x["prompt"][1:]]} for x in inputs]
-            return super()._generate_and_score_completions(inputs)
+            if self._turns is not None:
+                self._turns.reset()  # new weights since the last batch: no cache survives it
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                if self._turns is not None:
+                    self._turns.reset()  # free the batch's caches before the log-prob passes
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+            # TRL's regular (transformers) path re-encodes each rollout's whole context every turn; this one
+            # prefills only what is new since the rollout's last turn (`sqlenv.decode.ExtendingContexts`).
+            # Same inputs, same outputs (completion ids, stop token kept, at most max_completion_length new
+            # tokens; no logprobs, as TRL's path) — a test compares both under greedy-equivalent sampling.
+            if self._turns is None or images is not None or multimodal_fields or has_tool_images:
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+            import torch
+            from trl.models.utils import unwrap_model_for_generation
+
+            with (
+                unwrap_model_for_generation(
+                    self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                    generation_kwargs=self.generation_kwargs,
+                    gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+                ) as model,
+                torch.no_grad(),
+            ):  # fmt: skip
+                self._turns.decoder.model = model
+                return self._turns.generate(prompt_ids, self.max_completion_length), None
+
+        def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
+            # A training log entry carries the distinct question ids of its steps ("questions", space-separated),
+            # so the curve (from `state.log_history`, restored on resume) says which questions each step saw.
+            if self._questions and "loss" in logs:
+                logs = {**logs, "questions": " ".join(dict.fromkeys(self._questions))}
+                self._questions = []
+            super().log(logs, start_time)
 
     return SQLAgentGRPOTrainer
+
+
+ROLLOUT_DECODERS = ("cached", "trl")
+
+
+def cached_decoding_applies(trainer: Any) -> bool:
+    """Whether `grpo.rollout_decoder: cached` can stand in for TRL's transformers generation: a text model
+    generated by the trainer itself (not vLLM, not continuous batching), plain DDP or one process (no
+    DeepSpeed/FSDP parameter gathering), and sampling our decoder reproduces (temperature, top-k, top-p;
+    no min-p, repetition penalty or extra generation kwargs)."""
+    from accelerate.utils import DistributedType
+
+    args = trainer.args
+    return (
+        not trainer.use_vllm
+        and not getattr(trainer, "use_transformers_continuous_batching", False)
+        and not getattr(trainer, "_is_vlm", False)
+        and trainer.accelerator.distributed_type in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
+        and trainer.min_p is None
+        and trainer.repetition_penalty == 1.0
+        and args.generation_kwargs is None
+    )
 
 
 VLLM_MODES = ("none", "colocate", "server")  # not "off": DVC rewrites params.yaml as YAML 1.2, and 1.1 reads off as False
@@ -393,4 +465,5 @@ def build_trainer(
         callbacks=list(callbacks),
         few_shot_system=few_shot_system,
         few_shot_steps=settings.few_shot_steps,
+        rollout_decoder=settings.rollout_decoder,
     )

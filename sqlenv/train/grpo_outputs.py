@@ -132,6 +132,7 @@ CURVE_COLUMNS = (
     *(f"rewards/{c}/mean" for c in COMPONENTS), ENV_REWARD_COLUMN,
     "tools/call_frequency", "tools/failure_frequency", *EPISODE_METRICS,
     "completions/mean_length", "completions/clipped_ratio", "step_time",
+    "questions", "distinct_questions",  # the step's question ids (space-separated); distinct ids seen so far
 )  # fmt: skip
 
 
@@ -144,6 +145,10 @@ def curve_rows(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
             row[ENV_REWARD_COLUMN] = next((entry[f"rewards/{n}/mean"] for n in ENV_REWARD_NAMES
                                            if f"rewards/{n}/mean" in entry), None)  # fmt: skip
             rows[int(entry["step"])] = row
+    seen: set[str] = set()
+    for step in sorted(rows):
+        seen.update((rows[step].get("questions") or "").split())
+        rows[step]["distinct_questions"] = len(seen)
     return [rows[s] for s in sorted(rows)]
 
 
@@ -155,7 +160,7 @@ def _mean(values: Sequence[Any]) -> float | None:
 def summarize_curve(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Final, first-quarter and last-quarter means of the reward and of accuracy (mean correctness)."""
     q = max(1, math.ceil(len(rows) / 4))
-    out: dict[str, Any] = {"steps_logged": len(rows)}
+    out: dict[str, Any] = {"steps_logged": len(rows), "distinct_questions": (rows[-1].get("distinct_questions") or 0) if rows else 0}
     for key, column in (("reward", "reward"), ("accuracy", "episode/accuracy")):
         values = [r.get(column) for r in rows]
         out[f"{key}_final"] = values[-1] if values else None

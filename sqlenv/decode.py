@@ -12,6 +12,10 @@ until the longest completion of the batch ends (half of all decoded rows in a me
 cuts stopped rows out of the batch. It picks tokens as `generate` does (argmax; or HF's temperature,
 top-k and top-p warpers and a multinomial draw), and tests check it against `generate`. `reuse_cache=False`
 re-encodes everything each turn; a test checks both give the same tokens.
+
+Two users: evaluation (`sqlenv.eval.rollout`, episodes keyed by question) and GRPO rollouts
+(`sqlenv.train.grpo`, through `ExtendingContexts`, which finds an episode by the tokens its context
+extends, since TRL's tool loop passes contexts only). It lives at the foundation so both can use it.
 """
 
 from __future__ import annotations
@@ -205,3 +209,66 @@ class ModelGenerator:
             index = mask[b].nonzero().squeeze(1)
             kv = [(x.keys[b].index_select(1, index), x.values[b].index_select(1, index)) for x in cache.layers]
             self._kv[keys[rows[b]]] = (kv, len(index))
+
+
+class ExtendingContexts:
+    """`ModelGenerator` for callers that know no episode keys, only token contexts: GRPO's tool loop.
+
+    TRL 1.16's `_tool_call_loop` asks for each next turn with the rollout's whole context so far
+    (prompt + completions + tool results, by concatenation). A context that extends one this object has
+    already decoded (its context + completion) reuses that episode's key/value cache, so only the tool
+    result and the generation prompt are prefilled; any other context is a new episode, whose shared
+    prompt prefix (system prompt + tool schemas: the longest common prefix of the first call's contexts)
+    was encoded once. Only valid while the weights stay the same: `reset()` before each generation
+    batch (GRPO changes the weights every step), which also frees the caches.
+
+    `budget(context)` is `max_completion_length` minus what the episode has used since its prompt, so a
+    turn never decodes tokens TRL would cut off afterwards (TRL asks for `max_completion_length` new tokens
+    every turn and truncates the excess).
+    """
+
+    def __init__(self, model: Any, gen: GenerationSettings, eos_ids: list[int], pad_id: int):
+        self.decoder = ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=True)
+        self._episodes: dict[int, tuple[list[int], int]] = {}  # key -> (context + completion, prompt length)
+        self._prefix_encoded = False
+
+    def reset(self) -> None:
+        for key in list(self._episodes):
+            self.decoder.finish(key)
+        self._episodes.clear()
+        self.decoder.encode_prefix([])
+        self._prefix_encoded = False
+
+    def _match(self, context: list[int], taken: set[int]) -> int | None:
+        """The episode (not yet used in this call) whose decoded tokens this context extends, longest first."""
+        best, best_len = None, -1
+        for key, (seen, _) in self._episodes.items():
+            if key not in taken and best_len < len(seen) <= len(context) and context[: len(seen)] == seen:
+                best, best_len = key, len(seen)
+        return best
+
+    def generate(self, contexts: Sequence[list[int]], max_completion_length: int) -> list[list[int]]:
+        """The next completion of each context (stop token included), decoded in one batch."""
+        contexts = [list(c) for c in contexts]
+        if not self._prefix_encoded and contexts:
+            common = contexts[0]
+            for c in contexts[1:]:
+                n = next((i for i, (a, b) in enumerate(zip(common, c)) if a != b), min(len(common), len(c)))
+                common = common[:n]
+            self.decoder.encode_prefix(common)
+            self._prefix_encoded = True
+        keys, budgets, taken = [], [], set()
+        for context in contexts:
+            key = self._match(context, taken)
+            if key is None:
+                key = max(self._episodes, default=-1) + 1
+                self._episodes[key] = (context, len(context))
+                self.decoder.start(key, context)
+            taken.add(key)
+            keys.append(key)
+            prompt_len = self._episodes[key][1]
+            budgets.append(max(0, max_completion_length - (len(context) - prompt_len)))
+        completions = self.decoder.generate(keys, contexts, budgets)
+        for key, context, completion in zip(keys, contexts, completions):
+            self._episodes[key] = (context + completion, self._episodes[key][1])
+        return completions
