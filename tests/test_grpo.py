@@ -22,10 +22,12 @@ from sqlenv.train.grpo import (
     build_trainer,
     component_reward_funcs,
     episode_diagnostics,
+    epoch_repeat_sampler_class,
     grpo_config,
     phase_sections,
     phase_settings,
     plan_batches,
+    sampler_epoch_callback,
     vllm_arguments,
 )
 from sqlenv.train.grpo_outputs import (
@@ -261,6 +263,40 @@ def test_prepare_checkpoints_resumes_only_complete_same_run(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-2", "checkpoint-4"]
     other = prepare_checkpoints(root, {**key, "start_fingerprint": "new model"})
     assert other.checkpoint is None and "starting fresh" in other.reason and not root.exists()
+
+
+def test_epoch_sampler_gives_each_epoch_trls_order_in_a_fresh_process():
+    from trl.trainer.utils import RepeatSampler
+
+    kwargs = dict(data_source=list(range(5)), mini_repeat_count=2, batch_size=2, repeat_count=2, seed=0)
+    trl = RepeatSampler(**kwargs)
+    trl_epochs = [list(trl) for _ in range(4)]  # an uninterrupted run: one sampler, iterated once per epoch
+    assert len({tuple(e) for e in trl_epochs}) > 1
+    assert list(RepeatSampler(**kwargs)) == trl_epochs[0]  # TRL's, built afresh (a resumed run): epoch 0's order
+
+    sampler_class = epoch_repeat_sampler_class()
+    continued = sampler_class(**kwargs)
+    assert [list(continued) for _ in range(4)] == trl_epochs  # iterated on without set_epoch: TRL's order
+    for epoch in (3, 1, 1, 0, 2):
+        continued.set_epoch(epoch)
+        assert list(continued) == trl_epochs[epoch]
+        fresh = sampler_class(**kwargs)
+        fresh.set_epoch(epoch)
+        assert list(fresh) == trl_epochs[epoch]
+    unshuffled = sampler_class(**{**kwargs, "shuffle": False})
+    unshuffled.set_epoch(2)
+    assert list(unshuffled) == list(RepeatSampler(**{**kwargs, "shuffle": False}))
+
+
+def test_sampler_epoch_callback_sets_the_epoch_from_the_trainer_state():
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(_epoch_sampler=epoch_repeat_sampler_class()(data_source=[0, 1], mini_repeat_count=2))
+    callback = sampler_epoch_callback(trainer)
+    for state_epoch, epoch in ((0, 0), (None, 0), (2.0, 2), (1.5, 1), (3 + 2 / 3, 3)):
+        callback.on_epoch_begin(None, SimpleNamespace(epoch=state_epoch), None)
+        assert trainer._epoch_sampler.epoch == epoch
+    sampler_epoch_callback(SimpleNamespace()).on_epoch_begin(None, SimpleNamespace(epoch=1.0), None)  # no sampler yet
 
 
 def test_completion_only_logprobs_match_trl_default(tmp_path):

@@ -54,8 +54,8 @@ def stage_env(root: Path) -> dict:
             "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
 
 
-def run_stage(root: Path, phase: int) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "stages.grpo", "--phase", str(phase)], cwd=root,
+def run_stage(root: Path, phase: int, command: list[str] | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*(command or [sys.executable, "-m", "stages.grpo"]), "--phase", str(phase)], cwd=root,
                           env=stage_env(root), capture_output=True, text=True, timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
@@ -156,3 +156,69 @@ def test_missing_start_model_fails_cleanly(tmp_path):
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "models/grpo_phase1" in proc.stderr
+
+
+
+SCRIPTED_STAGE = [sys.executable, str(REPO / "tests" / "scripted_stage.py")]
+
+
+def _weights(root: Path, stage: str = "grpo_phase1") -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(root / "models" / stage / "model.safetensors")
+
+
+def test_killed_phase_resumes_to_the_same_weights(workspace, tmp_path):
+    """Resumed from its step-2 checkpoint in a fresh process, a 4-step phase ends with exactly the weights
+    of an uninterrupted 4-step run: the resumed steps see the same prompts, draw the same completions and
+    take the same optimizer steps.
+
+    The uninterrupted run is paused (SIGSTOP) as its step-2 checkpoint is marked complete, that folder is
+    copied into a second workspace, and the run continues: the copy is what a kill at that moment leaves
+    (the SIGKILL itself: `test_killed_phase_resumes_from_its_checkpoint`), and the rerun there resumes
+    from it. The policy's sampling is scripted (`scripted_stage.py`: the tiny random model alone earns no
+    reward variance, so its weights would never move); the draws come from torch's global generator, as
+    HF sampling's do. Two questions and one prompt per step make step 2 an epoch boundary, so steps 3-4
+    come from the sampler's second epoch."""
+    import torch
+
+    params = tiny_params(transcripts_every=0, checkpoint_every=2)
+    params["grpo_phase1"].update(max_steps=4, max_completion_length=256)
+    roots = {}
+    for name in ("straight", "resumed"):
+        root = roots[name] = tmp_path / name
+        shutil.copytree(workspace / "data", root / "data")
+        shutil.copytree(workspace / "models" / "sft", root / "models" / "sft")
+        (root / "params.yaml").write_text(yaml.safe_dump(params))
+
+    straight = roots["straight"]
+    checkpoint = Path("checkpoints") / "grpo_phase1" / "checkpoint-2"
+    log = tmp_path / "straight.log"  # a file, not a pipe: a run left to finish must never block on a full pipe
+    with log.open("w") as stderr:
+        proc = subprocess.Popen([*SCRIPTED_STAGE, "--phase", "1"], cwd=straight, env=stage_env(straight),
+                                stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not (straight / checkpoint / CHECKPOINT_MARKER).exists():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint after 10 minutes"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        shutil.copytree(straight / checkpoint, roots["resumed"] / checkpoint)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert "resuming from" in run_stage(roots["resumed"], 1, SCRIPTED_STAGE).stderr
+
+    metrics = {name: check_outputs(root, "grpo_phase1", 4) for name, root in roots.items()}
+    assert metrics["resumed"]["resumed_from_step"] == 2 and metrics["straight"]["resumed_from_step"] == 0
+    curves = {name: pd.read_csv(root / "reports" / "grpo_phase1" / "curve.csv") for name, root in roots.items()}
+    start, want, got = _weights(workspace, "sft"), _weights(straight), _weights(roots["resumed"])
+    assert any(not torch.equal(start[name], want[name]) for name in want)  # training moved them: the test means something
+    assert curves["straight"]["reward_std"].gt(0).any()
+    assert set(got) == set(want)
+    differ = sorted(name for name in want if not torch.equal(want[name], got[name]))
+    assert not differ, f"{len(differ)}/{len(want)} tensors differ after the resume, e.g. {differ[:3]}"
+    assert metrics["resumed"]["model_fingerprint"] == metrics["straight"]["model_fingerprint"]
+    for column in ("reward", "reward_std", "loss", "kl", "grad_norm", "completions/mean_length"):  # every step alike
+        assert curves["resumed"][column].tolist() == curves["straight"][column].tolist(), column

@@ -23,6 +23,10 @@ What this module builds, and what it guards:
   `SQLAgentGRPOTrainer._generate_and_score_completions`, keyed on the restored `global_step`: exact
   and resume-safe. (A dataset transform toggled by a callback would be one step late: accelerate's
   `DataLoaderShard` fetches the next batch one step ahead.)
+- Resume is exact: resumed from a checkpoint, a phase ends with the weights of an uninterrupted run
+  (a test compares every tensor). Trainer restores the optimizer, scheduler and RNG states (generation
+  samples from torch's global generator) and skips the finished batches; TRL's `RepeatSampler` has no
+  `set_epoch`, so a resume in epoch >= 1 replayed epoch 0's prompts: `epoch_repeat_sampler_class` adds it.
 - What a run leaves behind (checkpoints and resume, the merged model, curve, transcripts) lives in
   `sqlenv.train.grpo_outputs`.
 
@@ -243,11 +247,67 @@ def component_reward_funcs(components: Sequence[str] = COMPONENTS) -> list[Calla
 
 
 # ------------------------------------------------------------------------------------------- trainer
+@functools.cache
+def epoch_repeat_sampler_class() -> type:
+    """TRL's `RepeatSampler` with `set_epoch`: the order of epoch e no longer depends on how many epochs this
+    process iterated before.
+
+    TRL's sampler draws epoch e's permutation from a generator seeded once and advanced by the e earlier
+    iterations, and has no `set_epoch`. A run resumed in epoch e >= 1 is a fresh process with a fresh
+    generator, so it replayed epoch 0's order: different prompts from the resumed step on than an
+    uninterrupted run, hence different weights. Here each iteration rewinds the generator to its seeded
+    state and draws e permutations first, e being the epoch last passed to `set_epoch` (transformers'
+    Trainer and accelerate's DataLoaderShard call it before every epoch; iterated again without it, the
+    next epoch). Epoch e gets exactly the order it gets in an uninterrupted TRL run.
+    """
+    import torch
+    from trl.trainer.utils import RepeatSampler
+
+    class EpochRepeatSampler(RepeatSampler):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.epoch = 0
+            self._seeded_state = self.generator.get_state() if self.shuffle else None
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = epoch
+
+        def __iter__(self):
+            if self.shuffle:
+                self.generator.set_state(self._seeded_state)
+                for _ in range(self.epoch):
+                    torch.randperm(self.num_samples, generator=self.generator)
+            self.epoch += 1
+            yield from super().__iter__()
+
+    return EpochRepeatSampler
+
+
+def sampler_epoch_callback(trainer: Any):
+    """A TrainerCallback that tells `trainer._epoch_sampler` its epoch at each epoch's start, from the
+    (restored) trainer state.
+
+    accelerate's `DataLoaderShard.set_epoch` reaches the sampler through one or two wrappers, not through
+    both of a multi-process run resumed mid-epoch (`SkipBatchSampler` around `BatchSamplerShard`).
+    `state.epoch` is the epoch number plus the finished fraction of it: exactly the number at an epoch's start.
+    """
+    from transformers import TrainerCallback
+
+    class SamplerEpoch(TrainerCallback):
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            sampler = getattr(trainer, "_epoch_sampler", None)
+            if sampler is not None:
+                sampler.set_epoch(math.floor(state.epoch or 0))
+
+    return SamplerEpoch()
+
+
 def _trainer_class():
     from trl import GRPOTrainer
 
     class SQLAgentGRPOTrainer(GRPOTrainer):
-        """GRPOTrainer whose first `few_shot_steps` steps see worked examples in the system prompt."""
+        """GRPOTrainer whose first `few_shot_steps` steps see worked examples in the system prompt, and whose
+        training order after a resume is that of an uninterrupted run (`epoch_repeat_sampler_class`)."""
 
         def __init__(self, *args: Any, few_shot_system: str | None = None, few_shot_steps: int = 0,
                      rollout_decoder: str = "cached", **kwargs: Any):  # fmt: skip
@@ -263,6 +323,16 @@ def _trainer_class():
 
                 gen = GenerationSettings(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0)
                 self._turns = ExtendingContexts(None, gen, list(self.eos_token_ids), self._tokenizer.pad_token_id)
+            self.add_callback(sampler_epoch_callback(self))
+
+        def _get_train_sampler(self, dataset=None):
+            trl_sampler = super()._get_train_sampler(dataset)  # TRL's arguments, our epoch handling
+            self._epoch_sampler = epoch_repeat_sampler_class()(
+                data_source=trl_sampler.data_source, mini_repeat_count=trl_sampler.mini_repeat_count,
+                batch_size=trl_sampler.batch_size, repeat_count=trl_sampler.repeat_count,
+                shuffle=trl_sampler.shuffle, seed=trl_sampler.seed,
+            )  # fmt: skip
+            return self._epoch_sampler
 
         def _generate_and_score_completions(self, inputs):
             # Called once per generation batch, inside the step that uses it: global_step is the
