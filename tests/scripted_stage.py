@@ -38,5 +38,8 @@ def scripted_single_turn(self, prompt_ids, images, multimodal_fields, num_genera
 
 
 if __name__ == "__main__":
+    import sqlenv.train.grpo as grpo
+
     GRPOTrainer._generate_single_turn = scripted_single_turn
+    grpo.cached_decoding_applies = lambda trainer: False  # TRL's own turn generation, i.e. the script above
     runpy.run_module("stages.grpo", run_name="__main__", alter_sys=True)
