@@ -53,7 +53,8 @@ def repo_params() -> dict:
 @pytest.mark.parametrize(
     "batch, accum, gens, world, want_accum, want_gen",
     [
-        (4, 1, 4, 1, 1, 4),    # the default: one question per step
+        (4, 1, 4, 1, 1, 4),    # round 1: one question per step
+        (2, 4, 2, 1, 4, 8),    # the default: 4 questions x 2 generations in 4 micro-batches of 2
         (3, 1, 4, 1, 4, 12),   # 3 rollouts per micro-batch never hold a group of 4 -> 4 micro-batches
         (2, 3, 4, 1, 4, 8),    # accumulation raised to the next value that holds whole groups
         (6, 1, 4, 1, 2, 12),
