@@ -56,6 +56,20 @@ def test_bound_clips_the_shaping_sum_both_ways():
     assert rewards.bound(dict.fromkeys(COMPONENTS, 0.0) | {"format": 0.1}, CFG) == 0.0  # inside: untouched
 
 
+_SUMS = st.floats(-1.0, 1.0) | st.sampled_from([0.0, -0.0, 0.4, -0.4, 0.25, 1e-17])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.fixed_dictionaries({c: _SUMS for c in COMPONENTS}), st.sampled_from([0.0, 0.1, 0.25, 0.4, 0.49]))
+def test_bound_is_the_clip_formula_to_the_bit(sums, limit):
+    """bound() is computed without min/max and a generator (it runs every step); the value, the sign
+    of a zero included, is clip(shaping) - shaping - bound with the shaping summed in component order."""
+    shaping = sum(sums[c] for c in rewards.SHAPING)
+    expected = min(max(shaping, -limit), limit) - shaping - sums["bound"]
+    got = rewards.bound(sums, RewardConfig(shaping_bound=limit))
+    assert repr(got) == repr(expected)
+
+
 def test_binary_mode_applies_correctness_alone():
     binary = RewardConfig(mode="binary").applied
     assert binary.correctness_weight == 1.0

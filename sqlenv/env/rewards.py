@@ -157,6 +157,10 @@ class SeenResults:
 
     def add_if_new(self, rows: Sequence[tuple]) -> bool:
         """`is_new_result(rows, <the results added so far>)`; a new result is added."""
+        if not self._rows:  # the episode's first result: new
+            self._rows.append(rows)
+            self._counts.append(None)
+            return True
         counted = None
         for k, earlier in enumerate(self._rows):
             if len(rows) > len(earlier) or (rows and rows[0] not in earlier):
@@ -199,9 +203,15 @@ def bound(components: Mapping[str, float], config: RewardConfig) -> float:
     `components` are the episode's sums so far, `bound` included; the return value is what to
     add to `bound` so that it equals clip(shaping) − shaping again.
     """
-    shaping = sum(components[c] for c in SHAPING)
+    # Every step pays this: map and the two comparisons are min(max(shaping, -limit), limit),
+    # the same sum in the same order, without a generator and two builtin calls.
+    shaping = sum(map(components.__getitem__, SHAPING))
     limit = config.shaping_bound
-    return min(max(shaping, -limit), limit) - shaping - components["bound"]
+    low = -limit
+    clipped = low if low > shaping else shaping
+    if limit < clipped:
+        clipped = limit
+    return clipped - shaping - components["bound"]
 
 
 def normalise_argument(tool: str, value: str) -> str:
