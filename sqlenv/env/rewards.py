@@ -142,8 +142,8 @@ class SeenResults:
     result into a multiset was two of them per query.
 
     A result cannot be contained in an earlier one that has fewer rows, nor in one that lacks
-    its first row (a C-speed list scan); the same list of rows is contained. Only otherwise
-    are the two counted, each at most once per episode.
+    its first row (a C-speed list scan); no rows, a single row found there, or the same list
+    of rows is contained. Only otherwise are the two counted, each at most once per episode.
     """
 
     __slots__ = ("_rows", "_counts")
@@ -165,8 +165,8 @@ class SeenResults:
         for k, earlier in enumerate(self._rows):
             if len(rows) > len(earlier) or (rows and rows[0] not in earlier):
                 continue  # not contained in this one
-            if rows == earlier:
-                return False
+            if len(rows) <= 1 or rows == earlier:
+                return False  # no rows, its one row is there too, or the same rows: contained
             if counted is None:
                 counted = Counter(rows)
             known = self._counts[k]
