@@ -3,8 +3,9 @@
 Over the Spider questions the loader keeps (default /work/shared/spider dev), measures:
 
 - steps/s for `describe`, `sample` and `query` through `SQLEnv.step` (each timed call is
-  the whole step: argument checks, sandbox, rendering, reward shaping — progress shaping
-  included, which compares the result with the gold rows);
+  the whole step: argument checks, sandbox, rendering, the reward terms of a query — the
+  call key, the repeat window, whether the result is new, the bound. Progress, the one term
+  that compares rows with the gold rows, is paid with the answer, not per query);
 - the ratio of the env's `query` step time to raw `sqlite3` on the same SQL and database:
   a fresh cursor, `execute`, `fetchall`, on one reused read-only connection per database
   (the env also reuses one sandbox connection per database). Both sides are warmed first,
@@ -21,14 +22,17 @@ Over the Spider questions the loader keeps (default /work/shared/spider dev), me
   question on the same database with other rows, else `SELECT * FROM <table> LIMIT 5` over
   a table with other rows — and then the gold SQL. Per question the times of its two
   queries are summed (each the minimum over the rounds), so the median is of per-question
-  ratios again. The gold-only workload never shows the env a wrong result;
+  ratios again, and the query ratio target is the same. The gold-only workload never
+  shows the env a wrong result, nor a second query in an episode (whose new-result test
+  has an earlier result to compare with);
 - the cost of the progress potential Φ (paid once per episode, with the answer) for those
   non-matching results: the gold rows take its equality short-cut, a wrong result pays
   the full `result_similarity`.
 
-Writes JSON to stdout and, with `--out`, to a file. Target: query ratio <= 1.25.
+Writes JSON to stdout and, with `--out`, to a file. Target: query ratio <= 1.25, gold-only
+and mixed.
 
-    .venv/bin/python bench/bench_env.py [--spider-dir DIR] [--rounds 6] [--out reports/bench/bench_env.json]
+    .venv/bin/python bench/bench_env.py [--spider-dir DIR] [--rounds 6] [--out reports/bench/env.json]
 """
 
 from __future__ import annotations
@@ -153,6 +157,8 @@ def _query_ratios(best: tuple) -> dict:
     env_q, box_q, raw_q = ([sum(row) for row in side] for side in best)
     env_total, box_total, raw_total = sum(env_q), sum(box_q), sum(raw_q)
     n_queries = sum(len(row) for row in best[0])
+    if not n_queries:  # no question had a non-matching query (never on Spider)
+        return {"questions": 0, "queries": 0}
     return {
         "questions": len(env_q),
         "queries": n_queries,
