@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 import trl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from sqlenv.env import prompts
@@ -90,6 +92,47 @@ def test_render_result_cuts_a_single_huge_row_but_shows_it():
     lines = text.split("\n")
     assert lines[0] == "s" and lines[1].endswith("\u2026") and len(text) < 300
     assert lines[-1] == "(1 row)"
+
+
+def _render_row_by_row(result, max_rows, max_chars):
+    """render_result as it was before its all-text fast path: every row through _row_cells."""
+    if not result.ok:
+        return prompts.error(result.error or "the statement failed.")
+    header = " | ".join(result.columns) if result.columns else "(no columns)"
+    total, lines, used, shown = len(result.rows), [header], len(header), 0
+    for row in result.rows[:max_rows]:
+        line = " | ".join(prompts._row_cells(row))
+        if used + 1 + len(line) > max_chars:
+            if shown == 0:
+                lines.append(line[: max(max_chars - used - 1, 20)] + "\u2026")
+                shown = 1
+            break
+        lines.append(line)
+        used += 1 + len(line)
+        shown += 1
+    hidden = total - shown
+    if result.truncated:
+        lines.append(f"\u2026 {hidden + 1}+ more rows (more than {total} rows in total)")
+    elif hidden > 0:
+        lines.append(f"\u2026 {hidden} more rows ({total} rows in total)")
+    else:
+        lines.append(f"({total} row{'s' if total != 1 else ''})")
+    return "\n".join(lines)
+
+
+_TEXT = st.text(st.sampled_from("ab |\n\r\u2026\x85\u2028"), max_size=6)
+_CELL = _TEXT | _TEXT | st.integers(-5, 5) | st.none() | st.floats(allow_nan=False) | st.binary(max_size=3) | st.booleans()
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.tuples(st.integers(0, 3), st.sampled_from([_TEXT, _CELL])).flatmap(  # all text, or anything
+           lambda shape: st.lists(st.tuples(*[shape[1]] * shape[0]), max_size=8)),
+       st.integers(-1, 9), st.integers(1, 60), st.booleans())
+def test_render_result_is_the_row_by_row_rendering(rows, max_rows, max_chars, truncated):
+    """The all-text fast path (one C join for all rows) renders exactly what rendering row by row does:
+    text with line breaks, non-text cells anywhere, rows cut by max_rows or max_chars, zero columns."""
+    result = _result([f"c{i}" for i in range(len(rows[0]) if rows else 1)], rows, truncated=truncated)
+    assert prompts.render_result(result, max_rows, max_chars) == _render_row_by_row(result, max_rows, max_chars)
 
 
 def test_render_table_info():

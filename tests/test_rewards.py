@@ -1,6 +1,10 @@
 """Guards the reward components: each named function's value, the bound, the repeat window and call identity."""
 
+from collections import Counter
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sqlenv.env import rewards
 from sqlenv.env.rewards import COMPONENTS, RewardConfig
@@ -52,6 +56,20 @@ def test_bound_clips_the_shaping_sum_both_ways():
     assert rewards.bound(dict.fromkeys(COMPONENTS, 0.0) | {"format": 0.1}, CFG) == 0.0  # inside: untouched
 
 
+_SUMS = st.floats(-1.0, 1.0) | st.sampled_from([0.0, -0.0, 0.4, -0.4, 0.25, 1e-17])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.fixed_dictionaries({c: _SUMS for c in COMPONENTS}), st.sampled_from([0.0, 0.1, 0.25, 0.4, 0.49]))
+def test_bound_is_the_clip_formula_to_the_bit(sums, limit):
+    """bound() is computed without min/max and a generator (it runs every step); the value, the sign
+    of a zero included, is clip(shaping) - shaping - bound with the shaping summed in component order."""
+    shaping = sum(sums[c] for c in rewards.SHAPING)
+    expected = min(max(shaping, -limit), limit) - shaping - sums["bound"]
+    got = rewards.bound(sums, RewardConfig(shaping_bound=limit))
+    assert repr(got) == repr(expected)
+
+
 def test_binary_mode_applies_correctness_alone():
     binary = RewardConfig(mode="binary").applied
     assert binary.correctness_weight == 1.0
@@ -61,14 +79,33 @@ def test_binary_mode_applies_correctness_alone():
 
 
 def test_new_result_is_a_multiset_not_contained_in_an_earlier_one():
-    from collections import Counter
-
     seen = [Counter([(1,), (2,), (2,)])]
     assert not rewards.is_new_result([(2,), (1,)], seen)  # same rows, another order
     assert not rewards.is_new_result([(2,), (2,)], seen)  # a subset (an added LIMIT)
     assert rewards.is_new_result([(2,), (2,), (2,)], seen)  # more copies than seen
     assert rewards.is_new_result([(3,)], seen)
     assert rewards.is_new_result([], [])  # the first result is always new
+
+
+_CELLS = st.one_of(st.integers(-2, 2), st.sampled_from(["a", "b", ""]), st.none(), st.sampled_from([1.0, 0.5]))
+_RESULTS = st.lists(st.tuples(_CELLS) | st.tuples(_CELLS, _CELLS), max_size=5)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_RESULTS, max_size=6), st.data())
+def test_seen_results_decides_as_is_new_result(results, data):
+    """The env's cheaper bookkeeping (short-cuts, counting only when needed) gives is_new_result's verdict
+    on every query of an episode; repeats of earlier results (the same list, reordered, cut short) included."""
+    seen_counters, seen = [], rewards.SeenResults()
+    for first in results:
+        for rows in [first] + ([data.draw(st.sampled_from(results))] if results else []):
+            if rows and data.draw(st.booleans()):
+                rows = data.draw(st.permutations(rows))[: data.draw(st.integers(0, len(rows)))]
+            expected = rewards.is_new_result(rows, seen_counters)
+            assert seen.add_if_new(rows) == expected
+            if expected:
+                seen_counters.append(Counter(rows))
+            assert len(seen) == len(seen_counters)
 
 
 A, B, C, D = ("query", "sql=a"), ("query", "sql=b"), ("describe", "table_name=c"), ("sample", "table_name=d")

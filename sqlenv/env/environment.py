@@ -313,7 +313,7 @@ class SQLEnv:
         self.budget_exhausted = False
         self._components = rewards.zero_components()
         self._recent: list[tuple[str, str]] = []
-        self._seen_results: list[Counter] = []
+        self._seen_results = rewards.SeenResults()
         self._last_rows: list[tuple] | None = None  # the last successful query's rows (for progress)
 
     def sandbox_for(self, db_id: str) -> Sandbox:
@@ -446,10 +446,7 @@ class SQLEnv:
         if not result.ok:
             return obs, False
         self._last_rows = result.rows
-        new_result = rewards.is_new_result(result.rows, self._seen_results)
-        if new_result:
-            self._seen_results.append(Counter(result.rows))
-        return obs, new_result
+        return obs, self._seen_results.add_if_new(result.rows)
 
     def progress_potential(self) -> float:
         """Φ of the episode so far: the last successful query's result against the gold result (0 if none)."""

@@ -162,6 +162,22 @@ def _row_cells(row: Sequence[Any]) -> list[str]:
     return cells
 
 
+def _text_block(rows: Sequence[Sequence[Any]]) -> str | None:
+    """The lines of `rows` joined by newlines when every cell is text without a line break (a line
+    is then the row joined, as `_row_cells` would give it), else None. All in C: a text result of
+    50 rows costs a fifth of rendering it row by row."""
+    for v in rows[0]:  # most results that are not all text show it in their first row
+        if type(v) is not str:
+            return None
+    try:
+        block = "\n".join(map(_COLUMN_SEP.join, rows))
+    except TypeError:  # a later cell that is not text
+        return None
+    if block.count("\n") != len(rows) - 1 or "\r" in block:
+        return None  # a cell with a line break: it must be escaped
+    return block
+
+
 def render_result(result: QueryResult, max_rows: int, max_chars: int) -> str:
     """A query result as the model sees it: header line, one line per row, a count footer.
 
@@ -174,20 +190,28 @@ def render_result(result: QueryResult, max_rows: int, max_chars: int) -> str:
         return error(result.error or "the statement failed.")
     header = _COLUMN_SEP.join(result.columns) if result.columns else "(no columns)"
     total = len(result.rows)
+    head = result.rows[:max_rows] if total > max_rows else result.rows
+    block = _text_block(head) if len(head) > 1 else None
     lines = [header]
     used = len(header)
     shown = 0
-    for row in result.rows[:max_rows]:
-        line = _COLUMN_SEP.join(_row_cells(row))
-        if used + 1 + len(line) > max_chars:
-            if shown == 0:  # never show zero rows only because the first one is long
-                room = max(max_chars - used - 1, 20)
-                lines.append(line[:room] + _ELLIPSIS)
-                shown = 1
-            break
-        lines.append(line)
-        used += 1 + len(line)
-        shown += 1
+    if block is not None and used + 1 + len(block) <= max_chars:
+        lines.append(block)  # every line fits
+        shown = len(head)
+    else:
+        if block is not None:
+            head = block.split("\n")  # its lines, one per row (no cell has a line break)
+        for row in head:
+            line = row if block is not None else _COLUMN_SEP.join(_row_cells(row))
+            if used + 1 + len(line) > max_chars:
+                if shown == 0:  # never show zero rows only because the first one is long
+                    room = max(max_chars - used - 1, 20)
+                    lines.append(line[:room] + _ELLIPSIS)
+                    shown = 1
+                break
+            lines.append(line)
+            used += 1 + len(line)
+            shown += 1
     hidden = total - shown
     if result.truncated:  # the sandbox stopped fetching at its cap: at least one more row exists
         lines.append(f"{_ELLIPSIS} {hidden + 1}+ more rows (more than {total} rows in total)")
