@@ -4,7 +4,10 @@
 left-padded generation (`ModelGenerator.generate`). On a CPU the prompt (system prompt +
 tool schemas, ~700 tokens) and the growing history cost far more to re-encode every turn than the short
 completions cost to decode, so each episode keeps the key/value cache of its tokens between turns and
-the shared prompt prefix is encoded once per run (`reuse_cache=True`). The cache of one turn is laid out
+the shared prompt prefix is encoded once per run (`reuse_cache=True`). What a turn adds to an episode's
+context (a tool result, the generation prompt) is prefilled episode by episode, never padded to the
+longest addition of the batch (`_prefill_rows`); the batched part starts at each context's last token.
+The cache of one turn is laid out
 per row as `[pad, cached tokens, pad, new tokens]`; position ids come from the attention mask (cumsum,
 as `generate` makes them), so padding anywhere changes nothing for the real tokens. The decode loop is
 our own rather than `model.generate`, for one reason: `generate` keeps decoding a row that has stopped
@@ -100,7 +103,8 @@ class ModelGenerator:
         self._prefix_ids = list(ids)
         self._prefix_kv = None
         if self.reuse_cache and self._prefix_ids:
-            out = self.model(input_ids=torch.tensor([self._prefix_ids], device=self.model.device), use_cache=True)
+            out = self.model(input_ids=torch.tensor([self._prefix_ids], device=self.model.device), use_cache=True,
+                             logits_to_keep=1)
             # Per layer [kv_heads, tokens, head_dim], positions 0..P-1: the same in every episode.
             self._prefix_kv = [(layer.keys[0], layer.values[0]) for layer in out.cache.layers]
 
@@ -121,11 +125,37 @@ class ModelGenerator:
         """The (per-layer keys/values, number of leading context tokens they cover) kept for an episode."""
         return self._kv.get(key)
 
+    def _prefill_rows(self, keys: Sequence[int], contexts: Sequence[list[int]]) -> None:
+        """Extend each episode's cache to all but the last token of its context, one episode at a time.
+
+        Prefilled together, every row would be padded to the longest new chunk of the batch: one 1,000-token
+        query result among 50 episodes made all 50 prefill 1,000 positions (on the 2-core CPU that padding
+        was most of an evaluation's time). One forward per episode costs exactly its own new tokens; the
+        batched step that follows then starts from each episode's last context token.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        device = self.model.device
+        for key, ctx in zip(keys, contexts):
+            state = self._kv.get(key)
+            cached = state[1] if state else 0
+            if len(ctx) - 1 <= cached:
+                continue
+            layers = [(k[None], v[None]) for k, v in state[0]] if state else None
+            cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+            ids = torch.tensor([ctx[cached:-1]], device=device)
+            positions = torch.arange(cached, len(ctx) - 1, device=device)[None]
+            self.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+            self._kv[key] = ([(x.keys[0], x.values[0]) for x in cache.layers], len(ctx) - 1)
+
     def generate(self, keys: Sequence[int], contexts: Sequence[list[int]], budgets: Sequence[int]) -> list[list[int]]:
         import torch
         from transformers import DynamicCache
 
         device = self.model.device
+        if self.reuse_cache:
+            self._prefill_rows(keys, contexts)
         states = [self._kv.get(k) if self.reuse_cache else None for k in keys]
         cached = [s[1] if s else 0 for s in states]
         new = [ctx[c:] for ctx, c in zip(contexts, cached)]

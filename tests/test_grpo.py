@@ -117,7 +117,7 @@ def test_phase_params_never_leak_across_phases(tmp_path):
     assert set(phase_sections(p, 2)) == {"seed", "env", "rewards", "model", "grpo", "grpo_phase2"}
     one, two = phase_settings(phase_sections(p, 1), 1), phase_settings(phase_sections(p, 2), 2)
     assert one.beta == p["grpo_phase1"]["beta"] and two.beta == p["grpo_phase2"]["beta"]
-    assert (one.max_completion_length, two.max_completion_length) == (512, 1024)
+    assert (one.max_completion_length, two.max_completion_length) == (512, 768)
     assert one.difficulties == ("easy",) and set(two.difficulties) == {"easy", "medium"}
 
     # Any change to phase 2's section leaves phase 1's settings and GRPOConfig untouched, and vice versa.
@@ -377,7 +377,7 @@ def scripted_run(tmp_path_factory, concert_db_dir):
     questions.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in COUNT_QUESTIONS))
     p = repo_params()
     p["model"]["dtype"] = "float32"
-    p["grpo"].update(batch_size=3, checkpoint_every=1, lora_r=4, lora_alpha=8, few_shot_steps=1)
+    p["grpo"].update(batch_size=3, gradient_accumulation_steps=1, checkpoint_every=1, lora_r=4, lora_alpha=8, few_shot_steps=1)
     p["grpo_phase1"].update(beta=0.0, max_steps=2, num_generations=3, max_completion_length=768)
     settings = phase_settings(phase_sections(p, 1), 1)
     steps = []
@@ -535,7 +535,7 @@ def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(t
     later = [first[i] + ours[i] + tool for i in order]
     fed.clear()
     ours_later = trainer._generate_single_turn(later, None, {}, 1)[0]
-    prefilled = fed[0]
+    prefilled, first_step = fed[: len(order)], fed[len(order)]  # each rollout's new tokens alone, then one batched step
     hook.remove()
 
     trl_first = GRPOTrainer._generate_single_turn(trainer, first, None, {}, 1)[0]
@@ -543,5 +543,6 @@ def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(t
     left = [max(0, 40 - (len(x) - len(first[i]))) for x, i in zip(later, order)]  # TRL cuts a later turn to what is left
     assert ours == trl_first and ours[0][-1] == stop and len(ours[0]) < 40
     assert left[1] > 0 and ours_later[1] and ours_later == [c[:n] for c, n in zip(trl_later, left)]
-    # The later turn prefilled the tool result (+ the last completion token) per row, not the whole context.
-    assert prefilled == len(order) * (len(tool) + 1) < sum(len(x) for x in later)
+    # The later turn prefilled the last completion token + the tool result but its last token, per rollout,
+    # then fed that last token of each in one batched step: never the whole context again.
+    assert prefilled == [len(tool)] * len(order) and first_step == len(order)

@@ -547,9 +547,12 @@ def test_stopped_rows_leave_the_batch_and_the_others_decode_unchanged(chaotic_mo
     finally:
         hook.remove()
     assert batched == expected
-    assert rows_per_forward[0] == 4 and rows_per_forward[-1] < 4
-    assert rows_per_forward == sorted(rows_per_forward, reverse=True)
-    assert len(rows_per_forward) == max(len(e) for e in expected)  # no forward after the last row stopped
+    # First each row's context alone (all but its last token: never padded to the longest context), then
+    # the batched steps, from 4 rows down as rows stop.
+    prefill, steps = rows_per_forward[:4], rows_per_forward[4:]
+    assert prefill == [1, 1, 1, 1]
+    assert steps[0] == 4 and steps[-1] < 4 and steps == sorted(steps, reverse=True)
+    assert len(steps) == max(len(e) for e in expected)  # no forward after the last row stopped
 
 
 @pytest.mark.parametrize(
