@@ -4,7 +4,7 @@
     python -m pipeline.readme --check  exit 1 if the block differs (what the test suite asserts)
 
 The block sits between `<!-- results:start -->` and `<!-- results:end -->` in README.md and holds the
-report's headline, its policy table and the paired comparisons, copied verbatim (images dropped: the
+report's headline, its policy table, the paired comparisons and the cost per stage, copied verbatim (images dropped: the
 README links the report for them). `make run` refreshes it after the pipeline.
 """
 
@@ -17,7 +17,7 @@ import sys
 from pipeline.params import repo_root
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
-SECTIONS = ("Headline", "Accuracy and behaviour by policy", "Paired comparisons")
+SECTIONS = ("Headline", "Accuracy and behaviour by policy", "Paired comparisons", "Cost per stage")
 _IMAGE = re.compile(r"^!\[.*\]\(.*\)\s*$")
 
 

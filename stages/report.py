@@ -3,8 +3,9 @@
     python -m stages.report   (params: data.source, model.base, env.schema, env.answer — in the header and the
                                live-mode check; grpo_phase{1,2}.max_completion_length)
 
-Reads reports/eval/<policy>_<set>/{metrics.json,samples.jsonl}, reports/sft/loss.csv and
-reports/grpo_phase{1,2}/curve.csv — whichever exist; the report says what is missing. A result
+Reads reports/eval/<policy>_<set>/{metrics.json,samples.jsonl}, reports/sft/loss.csv,
+reports/grpo_phase{1,2}/curve.csv and the training stages' metrics.json (the cost table: wall time, peak
+RSS, dtype, threads and load per stage) — whichever exist; the report says what is missing. A result
 enters only if its model fingerprint is the live model's (models/<model of the policy>) and its
 questions are the live set's (data/questions/<set>.jsonl); others are listed as stale. Writes
 reports/plots/ (PNGs and the CSV behind each, declared as DVC plots) and reports/report.md, and logs
@@ -31,6 +32,7 @@ from sqlenv.provenance import model_fingerprint
 from sqlenv.report.markdown import machine_description, render_report
 from sqlenv.report.plots import write_plots
 from sqlenv.report.results import (
+    COST_STAGES,
     CURVES,
     SETS,
     Live,
@@ -39,6 +41,7 @@ from sqlenv.report.results import (
     hardness_table,
     load_inputs,
     results_table,
+    stage_costs,
 )
 
 STAGE = "report"
@@ -65,6 +68,15 @@ def headline_metrics(inputs) -> dict[str, float]:
         for key in ("first_quarter", "last_quarter"):
             out[f"curves/{row.curve}/{row.column}/{key}"] = float(getattr(row, key))  # CURVE_SUMMARY names are valid
     return out
+
+
+def stage_documents() -> dict[str, dict]:
+    """The metrics.json of each training stage and evaluation that exists, by stage name (for the cost table)."""
+    import json
+
+    files = {name: paths.metrics_file(name) for name in COST_STAGES}
+    files.update({f"evaluate@{d.name}": d / "metrics.json" for d in sorted(EVAL_DIR.glob("*")) if d.is_dir()})
+    return {name: json.loads(f.read_text(encoding="utf-8")) for name, f in files.items() if f.is_file()}
 
 
 def live_state(mode: str) -> Live:
@@ -100,9 +112,11 @@ def main() -> None:
             "Model base": params.model.base,
             "Environment mode": mode,
         }
+        costs = stage_costs(stage_documents())
         with atomic_dir(PLOTS_DIR) as tmp:  # rendered inside: a failure before report.md keeps the old plots too
             drawn = write_plots(inputs, tmp)
-            text = render_report(inputs, header, {key: f"plots/{name}" for key, name in drawn.items()}, training)
+            text = render_report(inputs, header, {key: f"plots/{name}" for key, name in drawn.items()}, training,
+                                 costs)  # fmt: skip
         atomic_write_text(REPORT_MD, text)
 
         mlflow.log_artifact(str(REPORT_MD))

@@ -375,3 +375,28 @@ def test_nothing_evaluated_still_renders_and_writes_every_csv(tmp_path):
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(CSV_FILES)
     text = render_report(inputs, {}, {})
     assert "Evaluated: 0 of 14" in text and text.count("No evaluation results yet.") == 2
+
+
+def test_cost_table_lists_each_stage_that_recorded_its_machine():
+    from sqlenv.report.markdown import _cost_section
+    from sqlenv.report.results import stage_costs
+
+    system = {"cpu_model": "AMD EPYC", "peak_rss_mb": 6144.0, "torch_threads": "2", "load1_start": 0.5, "load1_end": 2.1}
+    docs = {
+        "sft": {"wall_s": {"train_and_save": 600.0}, "step_s": 12.5, "steps": 48, "system": system,
+                "dtype": {"dtype": "bfloat16", "bf16_ms": 1.5, "fp32_ms": 6.0}},
+        "grpo_phase1": {"wall_time_s": 500.0, "steps": 8, "seconds_per_step": 62.5, "distinct_questions": 32,
+                        "system": {**system, "peak_rss_mb": 7000.0}, "dtype": {"dtype": "float32"}},
+        "evaluate@sft_n200": {"set": "n200", "played_on": "n200", "wall_time_s": 300.0, "system": system,
+                              "settings": {"dtype": "bfloat16"}},
+        "evaluate@sft_n50": {"set": "n50", "played_on": "n200", "wall_time_s": 0.0, "system": system},  # read off n200
+        "grpo_phase2": {"wall_time_s": 10.0},  # from before the system block: not in the table
+    }
+    rows = stage_costs(docs)
+    assert [r["stage"] for r in rows] == ["sft", "grpo_phase1", "evaluate@sft_n200"]
+    assert [r["wall_s"] for r in rows] == [600.0, 500.0, 300.0]
+    assert rows[0]["seconds_per_step"] == 12.5 and rows[2]["dtype"] == "bfloat16" and rows[2]["steps"] is None
+    table, footer = _cost_section(rows)
+    assert "| sft | 600 s | 6.0 GB | bfloat16 (1.50 / 6.00) | 2 | 0.50 → 2.10 | 48 × 12.5 s |" in table
+    assert "| grpo_phase1 | 500 s | 6.8 GB | float32 | 2 | 0.50 → 2.10 | 8 × 62.5 s, 32 distinct questions |" in table
+    assert "AMD EPYC" in footer and "23.3 min" in footer

@@ -324,8 +324,36 @@ def _provenance_section(res: Sequence[EvalResult]) -> list[str]:
     return ["Evaluation runs:\n", md_table(["set", "policy", "model", "fingerprint", "verifier", "commit", "seed"], rows)]
 
 
+def _cost_section(costs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Wall time, peak memory, dtype, threads and load of each stage that recorded them (`results.stage_costs`)."""
+    if not costs:
+        return ["No stage recorded its machine (metrics.json `system`).\n"]
+    headers = ["stage", "wall", "peak RSS", "dtype (bf16 / fp32 ms)", "threads", "load 1-min start → end", "steps"]
+    rows = []
+    for c in costs:
+        timing = f" ({_num(c['bf16_ms'])} / {_num(c['fp32_ms'])})" if c.get("bf16_ms") is not None else ""
+        steps = "—"
+        if c.get("steps"):
+            steps = f"{c['steps']} × {_num(c['seconds_per_step'], 1)} s"
+            if c.get("distinct_questions"):
+                steps += f", {c['distinct_questions']} distinct questions"
+        rss = f"{c['peak_rss_mb'] / 1024:.1f} GB" if c.get("peak_rss_mb") is not None else "—"
+        if c.get("peak_cuda_mb") is not None:
+            rss += f" (CUDA {c['peak_cuda_mb'] / 1024:.1f} GB)"
+        load = f"{_num(c.get('load1_start'))} → {_num(c.get('load1_end'))}"
+        rows.append([c["stage"], f"{c['wall_s']:.0f} s" if c.get("wall_s") is not None else "—", rss,
+                     f"{c.get('dtype') or '—'}{timing}", c.get("threads") or "—", load, steps])  # fmt: skip
+    cpus = sorted({str(c["cpu_model"]) for c in costs if c.get("cpu_model")})
+    total = sum(c["wall_s"] or 0 for c in costs)
+    return [md_table(headers, rows),
+            f"CPU: {', '.join(cpus) or 'unknown'}. These stages took {total / 60:.1f} min together; peak RSS is the "
+            "process's high-water mark (`ru_maxrss`). A 1-minute load above the thread count at the end means "
+            "something else ran beside the stage.\n"]  # fmt: skip
+
+
 def render_report(
-    inputs: ReportInputs, header: Mapping[str, str], plots: Mapping[str, str], training: Mapping[str, int] = {}
+    inputs: ReportInputs, header: Mapping[str, str], plots: Mapping[str, str], training: Mapping[str, int] = {},
+    costs: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The whole report.md. `header` is shown as given; `plots` maps a plot name (accuracy, steps, hardness,
     sft_loss, grpo_reward) to its path relative to the report, for the plots that were drawn; `training`
@@ -351,6 +379,7 @@ def render_report(
     out += [f"## Paired comparisons{mode}\n", *_comparison_section(pairs)]
     out += [f"## Accuracy by hardness{mode}\n", *_hardness_section(res, plots)]
     out += ["## Learning curves\n", *_curves_section(inputs.curves, plots)]
+    out += ["## Cost per stage\n", *_cost_section(costs)]
     out += ["## Transcripts side by side\n", transcripts_markdown(res)]
     failing = _failing_base_section(res)
     out += ["## Why a base policy scores about 0\n", *failing] if failing else []

@@ -203,6 +203,34 @@ def load_inputs(
 
 
 # -------------------------------------------------------------------------------------------- tables
+COST_STAGES = ("sft", "grpo_phase1", "grpo_phase2")  # the training stages; evaluations follow, by name
+
+
+def stage_costs(docs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per stage whose metrics.json recorded its machine (`system`, from `pipeline.machine.summary`):
+    wall seconds, peak RSS, the compute dtype (and, for `auto`, the timings it was chosen by), threads and
+    the 1-minute load at the start and the end (a load above the thread count means the timing was
+    contended). Evaluations read off another run's episodes (n50 from n200) took no time of their own and
+    are left out."""
+    rows = []
+    for stage, doc in docs.items():
+        system = doc.get("system")
+        if not system or doc.get("played_on", doc.get("set")) != doc.get("set"):
+            continue
+        wall = doc.get("wall_time_s", (doc.get("wall_s") or {}).get("train_and_save", doc.get("train_wall_s")))
+        dtype = doc.get("dtype") or {}
+        rows.append({
+            "stage": stage, "wall_s": wall, "peak_rss_mb": system.get("peak_rss_mb"),
+            "peak_cuda_mb": system.get("peak_cuda_mb"), "dtype": dtype.get("dtype") or (doc.get("settings") or {}).get("dtype"),
+            "bf16_ms": dtype.get("bf16_ms"), "fp32_ms": dtype.get("fp32_ms"), "threads": system.get("torch_threads"),
+            "load1_start": system.get("load1_start"), "load1_end": system.get("load1_end"),
+            "cpu_model": system.get("cpu_model"), "steps": doc.get("steps") if stage in COST_STAGES else None,
+            "seconds_per_step": doc.get("seconds_per_step", doc.get("step_s")),
+            "distinct_questions": doc.get("distinct_questions"),
+        })  # fmt: skip
+    return rows
+
+
 def results_table(results: Sequence[EvalResult]) -> pd.DataFrame:
     """One row per policy and set with the TABLE_KEYS columns."""
     rows = [{"set": r.set, "policy": r.policy, **{k: r.metrics[k] for k in TABLE_KEYS}} for r in results]
