@@ -18,6 +18,7 @@ from pipeline.params import repo_root
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 SECTIONS = ("Headline", "Accuracy and behaviour by policy", "Paired comparisons", "Cost per stage")
+OPTIONAL = {"Cost per stage"}  # reports written before the section existed lack it
 _IMAGE = re.compile(r"^!\[.*\]\(.*\)\s*$")
 
 
@@ -41,6 +42,8 @@ def results_block(report: str) -> str:
               f"{header.group(1) if header else '?'}) by `python -m pipeline.readme`; do not edit by hand._")  # fmt: skip
     parts = [source]
     for title in SECTIONS:
+        if title in OPTIONAL and not re.search(rf"^## {re.escape(title)}\b", report, flags=re.M):
+            continue
         body = report_section(report, title)
         parts.append(f"#### {title}\n\n{body}" if title != "Headline" else body)
     return "\n\n".join(parts)

@@ -36,6 +36,9 @@ def test_block_generation_round_trip():
     block = results_block(report)
     assert "**x vs y**: 1 vs 2." in block and "| 1 |" in block and "\n##### n50\n" in block
     assert "plots/accuracy.png" not in block and "nothing" not in block and "commit abc" in block
+    assert "Cost per stage" not in block  # a report from before the section: the block leaves it out
+    costly = report + "\n## Cost per stage\n\n| stage | wall |\n|---|---|\n| sft | 600 s |\n\n## Transcripts\n"
+    assert "#### Cost per stage\n\n| stage | wall |" in results_block(costly) and "Transcripts" not in results_block(costly)
     readme = f"intro\n{START}\nold\n{END}\ntail\n"
     new = updated(readme, report)
     assert current_block(new) == block and new.startswith("intro\n") and new.endswith(f"{END}\ntail\n")
@@ -57,6 +60,7 @@ def test_the_block_reads_a_report_rendered_today():
     headline = report.split("## Headline\n", 1)[1].strip().splitlines()[0]
     assert headline.startswith("**grpo_phase2 vs sft on n200**") and headline in block
     assert "| n200 | sft | 200 | 47.5 % [" in block and "#### Accuracy by hardness" not in block
+    assert "#### Cost per stage" in block
 
 
 def test_readme_comparable_numbers_equal_the_committed_result():
