@@ -29,9 +29,9 @@ from pipeline.params import load_params, section_dict
 from pipeline.results import log_result, write_result
 from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, log_dtype, stage_run
+from sqlenv.decode import GenerationSettings
 from sqlenv.dtype import choose_dtype
 from sqlenv.env.environment import EnvConfig
-from sqlenv.decode import GenerationSettings
 from sqlenv.eval.evaluation import subset
 from sqlenv.eval.harness import EvalSettings, load_questions_file, play, result_document
 from sqlenv.eval.policies import POLICIES, run_random

@@ -12,10 +12,10 @@ import torch
 from fixtures_env import Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
 
 from sqlenv.data.oracle import oracle_calls, play
+from sqlenv.decode import GenerationSettings, ModelGenerator
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.env.trl_adapter import SQLAgentEnv, agent_env_class, tool_methods
-from sqlenv.decode import GenerationSettings, ModelGenerator
 from sqlenv.eval.rollout import (
     Episode,
     generation_eos_ids,

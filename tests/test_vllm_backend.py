@@ -15,8 +15,8 @@ import torch
 from fixtures_env import QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
 
 from sqlenv.data.oracle import oracle_calls
-from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.decode import GenerationSettings
+from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.eval.harness import EvalSettings, play, result_document
 from sqlenv.eval.rollout import generation_eos_ids, run_episodes
 from sqlenv.eval.vllm_backend import VLLMGenerator, completion_ids, require_vllm, sampling_kwargs

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlenv.data.questions import load_questions_file  # noqa: F401  (re-exported: the harness's inputs)
+from sqlenv.decode import GenerationSettings
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.tool_calls import PARSERS
 from sqlenv.env.verifier import VERIFIER_VERSION
-from sqlenv.decode import GenerationSettings
 from sqlenv.eval.evaluation import episode_metrics
 from sqlenv.eval.vllm_backend import check_backend, require_vllm
 from sqlenv.types import EpisodeRecord, Question, db_file

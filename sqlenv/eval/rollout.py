@@ -65,11 +65,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sqlenv.decode import GenerationSettings, ModelGenerator, TurnGenerator
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.tool_calls import parse_turn
 from sqlenv.env.trl_adapter import agent_env_class, tool_methods
-from sqlenv.decode import GenerationSettings, ModelGenerator, TurnGenerator
 from sqlenv.types import EpisodeRecord, Question
 
 

@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sqlenv.decode import GenerationSettings, ModelGenerator, TurnGenerator
 from sqlenv.env import prompts
 from sqlenv.env.execution_match import execution_verdict, order_matters
 from sqlenv.env.sandbox import Sandbox, SandboxLimits
-from sqlenv.decode import GenerationSettings, ModelGenerator, TurnGenerator
 from sqlenv.types import EpisodeRecord, Question, db_file, stable_hash
 
 SYSTEM_PROMPT = (
