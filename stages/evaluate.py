@@ -60,7 +60,7 @@ def main() -> None:
     gen = GenerationSettings(do_sample=ev.do_sample, temperature=ev.temperature, top_p=ev.top_p, seed=params.seed)
     from_samples = source.suffix == ".jsonl"
     plays = pol.model is not None and not from_samples
-    dtype = choose_dtype(params.model.dtype, source if plays else None) if plays else None
+    dtype = choose_dtype(params.model.dtype, source) if plays else None
     settings = EvalSettings(max_total_tokens=ev.max_total_tokens, batch_size=ev.batch_size, gen=gen, parser=pol.parser,
                             shots=pol.shots, few_shot_seed=ev.few_shot_seed, dtype=dtype.dtype if dtype else "bfloat16",
                             backend=ev.backend)  # fmt: skip
