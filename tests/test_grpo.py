@@ -504,6 +504,7 @@ def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(t
     trainer = build_trainer(phase_settings(phase_sections(p, 1), 1), model_path=tiny, questions_file=questions,
                             db_dir=concert_db_dir, checkpoint_dir=tmp_path / "ck")  # fmt: skip
     assert trainer._turns is not None
+    assert "TrimHeap" in [type(c).__name__ for c in trainer.callback_handler.callbacks]  # sqlenv.train.heap
     trainer.top_k = trainer.generation_config.top_k = 1  # sampling that picks the argmax: comparable token for token
     trainer._turns.decoder.gen = dataclasses.replace(trainer._turns.decoder.gen, top_k=1)
     tok = AutoTokenizer.from_pretrained(tiny)

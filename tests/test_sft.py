@@ -73,6 +73,7 @@ def test_trl_recognises_the_template_and_swaps_in_its_training_variant(tokenizer
     dataset, _ = build_dataset(world[2][:2], tokenizer, max_length=4096)
     trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1), "unused-output-dir")
     assert trainer.args.assistant_only_loss
+    assert "TrimHeap" in [type(c).__name__ for c in trainer.callback_handler.callbacks]  # sqlenv.train.heap
     assert trainer.chat_template == trl_chat_template("qwen2_5_training")  # what SFTTrainer tokenises with
 
 

@@ -524,6 +524,8 @@ def build_trainer(
     # start the same whatever the process did before.
     from transformers import set_seed
 
+    from sqlenv.train.heap import trim_callback
+
     set_seed(settings.seed)
     return _trainer_class()(
         model=str(model_path),
@@ -532,7 +534,7 @@ def build_trainer(
         train_dataset=Dataset.from_list(dataset_rows(questions, settings.env.system_prompt)),
         peft_config=peft_config,
         environment_factory=functools.partial(agent_env_class(settings.env), db_dir=str(db_dir), config=settings.env),
-        callbacks=list(callbacks),
+        callbacks=[trim_callback(), *callbacks],  # the heap freed after each step goes back to the OS
         few_shot_system=few_shot_system,
         few_shot_steps=settings.few_shot_steps,
         rollout_decoder=settings.rollout_decoder,
