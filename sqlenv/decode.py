@@ -197,14 +197,20 @@ class ModelGenerator:
         import torch
 
         choose = self.gen.token_chooser()
+        # One-token steps pass the mask as [rows, 1, 1, kv], the boolean mask transformers' SDPA path builds
+        # from it. Given a 2D mask without padding (one row, or rows of equal length) transformers drops it,
+        # and SDPA then takes its grouped-query branch, which on a CPU costs ~10x its packed one: measured per
+        # layer, 1.08 against 0.10 ms for one row over 1,000 tokens, 17 against 1.4 ms for 19 rows over 830.
+        sdpa = getattr(self.model.config, "_attn_implementation", None) == "sdpa"
         completions: list[list[int]] = [[] for _ in keys]
         running = [budget > 0 for budget in budgets]
         rows = list(range(len(keys)))  # batch row -> index into keys
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
         while True:
+            one_token = sdpa and step_ids.shape[1] == 1
             logits = self.model(
                 input_ids=step_ids,
-                attention_mask=mask,
+                attention_mask=mask[:, None, None, :].bool() if one_token else mask,
                 position_ids=positions,
                 cache=cache,
                 use_cache=True,
