@@ -452,7 +452,7 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
         # bf16 config, `configs/accelerate/deepspeed_zero2.yaml`) expects.
         bf16=settings.dtype == "bfloat16" and _cuda(),
         use_cpu=not _cuda(),  # also what makes several CPU processes join as one (accelerate's MULTI_CPU, gloo)
-        activation_checkpointing=False,  # memory is ample for 0.5B; recomputation only costs time
+        activation_checkpointing=False,  # micro-batch 1: 8.3 GB peak at 768 tokens; recomputing cost SFT ~40 % a step
         disable_dropout=True,
         logging_steps=settings.logging_steps,
         save_strategy="steps",

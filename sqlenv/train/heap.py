@@ -44,7 +44,7 @@ def trim_callback() -> Any:
     from transformers import TrainerCallback
 
     class TrimHeap(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001 (TrainerCallback's signature)
+        def on_step_end(self, args, state, control, **kwargs):
             trim()
 
     return TrimHeap()

@@ -222,7 +222,8 @@ def build_trainer(
     TRL would load float32 from a path). Activation (gradient) checkpointing, on by default in TRL, is off:
     it would add a forward pass to every step (measured on the 6 longest episodes, ~1,400 tokens: 7.3 GB
     peak and 30 s a step without, 3.9 GB and 42 s with). The heap is trimmed after every step
-    (`sqlenv.train.heap`), which keeps later steps' peaks at the first ones'. Nothing is saved under
+    (`sqlenv.train.heap`), so freed activations do not pile up (default run: 9.8 GB peak before, 8.5 GB
+    after). Nothing is saved under
     `output_dir` (`save_strategy="no"`).
     """
     import torch
