@@ -6,9 +6,11 @@ fragmented step after step. Measured (2-core AMD EPYC, bf16): the default SFT ru
 9.8 GB, while a fresh process training on its 6 longest episodes peaks at 7.3 GB and holds 5-6 GB
 between steps. `malloc_trim(0)` returns the free pages (inside the heap too, not only at its top) after
 every step: between steps the process then holds ~2 GB, and a step's peak is that plus its own working
-set. It costs ~0.3 s per step (an SFT step is ~20 s) and changes no number, only where freed memory lives.
+set: the default SFT run then peaked at 8.5 GB. The call takes ~0.3 s; with the page faults that follow
+it, an SFT step took ~5 % longer in a same-session A/B (18.99 against 18.05 s over 6 steps). It changes
+no number, only where freed memory lives (the SFT loss is 0.3493 either way).
 
-Elsewhere than glibc (macOS, musl) `trim()` does nothing and says so.
+Elsewhere than glibc (macOS, musl) `trim()` does nothing and returns False.
 """
 
 from __future__ import annotations

@@ -223,8 +223,7 @@ def build_trainer(
     it would add a forward pass to every step (measured on the 6 longest episodes, ~1,400 tokens: 7.3 GB
     peak and 30 s a step without, 3.9 GB and 42 s with). The heap is trimmed after every step
     (`sqlenv.train.heap`), so freed activations do not pile up (default run: 9.8 GB peak before, 8.5 GB
-    after). Nothing is saved under
-    `output_dir` (`save_strategy="no"`).
+    after). Nothing is saved under `output_dir` (`save_strategy="no"`).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
