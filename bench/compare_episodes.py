@@ -23,18 +23,25 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sqlenv.eval.stats import mcnemar_exact, paired_difference, wilson_interval  # noqa: E402
+from sqlenv.eval.evaluation import paired_comparisons  # noqa: E402
+from sqlenv.eval.stats import wilson_interval  # noqa: E402
+from sqlenv.types import EpisodeRecord  # noqa: E402
 
 
-def _side(folder: Path) -> tuple[dict[str, dict], dict]:
+def _side(folder: Path) -> tuple[dict[str, EpisodeRecord], dict]:
     samples = folder / "samples.jsonl"
     if not samples.is_file():
         raise FileNotFoundError(f"no samples.jsonl in {folder}")
-    records = {}
-    for line in samples.read_text(encoding="utf-8").splitlines():
+    records: dict[str, EpisodeRecord] = {}
+    for lineno, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
-            r = json.loads(line)
-            records[str(r["question_id"])] = r
+            try:
+                r = EpisodeRecord.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError, AttributeError, KeyError) as e:
+                raise ValueError(f"{samples}:{lineno}: not an episode record: {e}") from e
+            if r.question_id in records:
+                raise ValueError(f"{samples}: question {r.question_id!r} appears twice")
+            records[r.question_id] = r
     metrics = folder / "metrics.json"
     return records, json.loads(metrics.read_text(encoding="utf-8")) if metrics.is_file() else {}
 
@@ -45,23 +52,24 @@ def compare(a_dir: Path, b_dir: Path, label_a: str = "a", label_b: str = "b") ->
     shared = sorted(set(a) & set(b))
     if not shared:
         raise ValueError(f"{a_dir} and {b_dir} share no question ids")
-    ca = [bool(a[q]["correct"]) for q in shared]
-    cb = [bool(b[q]["correct"]) for q in shared]
 
-    def summary(label, correct, records, doc):
-        k, n = sum(correct), len(correct)
+    def summary(label, records, doc):
+        k, n = sum(records[q].correct for q in shared), len(shared)
         low, high = wilson_interval(k, n)
         return {"label": label, "correct": k, "accuracy": k / n, "accuracy_low": low, "accuracy_high": high,
-                "mean_tokens": sum(records[q].get("tokens", 0) for q in shared) / n,
-                "mean_steps": sum(records[q].get("steps", 0) for q in shared) / n,
+                "mean_tokens": sum(records[q].tokens for q in shared) / n,
+                "mean_steps": sum(records[q].steps for q in shared) / n,
                 "wall_time_s": doc.get("wall_time_s"), "git_commit": doc.get("git_commit"),
                 "env": doc.get("env"), "model": doc.get("model")}  # fmt: skip
 
+    # The report's own pairing (b first, so its difference is b - a), on the questions both sides played.
+    row = paired_comparisons({"b": [b[q] for q in shared], "a": [a[q] for q in shared]})[0]
     return {
         "n": len(shared), "only_in_a": len(set(a) - set(b)), "only_in_b": len(set(b) - set(a)),
-        "a": summary(label_a, ca, a, a_doc), "b": summary(label_b, cb, b, b_doc),
-        "b_minus_a": paired_difference(cb, ca),
-        "mcnemar": dict(zip(("only_b_right", "only_a_right", "p_exact"), mcnemar_exact(ca, cb))),
+        "a": summary(label_a, a, a_doc), "b": summary(label_b, b, b_doc),
+        "b_minus_a": {"difference": row["difference"], "high": row["difference_high"], "low": row["difference_low"],
+                      "method": row["interval_method"], "n": row["n"]},
+        "mcnemar": {"only_b_right": row["only_a_correct"], "only_a_right": row["only_b_correct"], "p_exact": row["mcnemar_p"]},
     }  # fmt: skip
 
 

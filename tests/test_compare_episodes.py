@@ -12,7 +12,8 @@ import compare_episodes  # noqa: E402
 
 def _write(folder: Path, verdicts: dict[str, bool], wall: float) -> Path:
     folder.mkdir(parents=True)
-    lines = [json.dumps({"question_id": q, "correct": c, "tokens": 10, "steps": 2}) for q, c in verdicts.items()]
+    lines = [json.dumps({"question_id": q, "db_id": "d", "hardness": "easy", "correct": c, "tokens": 10, "steps": 2})
+             for q, c in verdicts.items()]
     (folder / "samples.jsonl").write_text("\n".join(lines) + "\n")
     (folder / "metrics.json").write_text(json.dumps({"wall_time_s": wall, "env": {"prompt": folder.name}}))
     return folder
@@ -36,3 +37,7 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert compare_episodes.main([str(a), str(b)]) == 1
     assert "share no question ids" in capsys.readouterr().err
     assert compare_episodes.main([str(a), str(tmp_path / "missing")]) == 1
+    twice = _write(tmp_path / "twice", {"q1": True}, 1.0)
+    (twice / "samples.jsonl").write_text((twice / "samples.jsonl").read_text() * 2)
+    assert compare_episodes.main([str(a), str(twice)]) == 1
+    assert "appears twice" in capsys.readouterr().err
