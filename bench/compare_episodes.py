@@ -25,6 +25,7 @@ if str(REPO) not in sys.path:
 
 from sqlenv.eval.evaluation import paired_comparisons  # noqa: E402
 from sqlenv.eval.stats import wilson_interval  # noqa: E402
+from sqlenv.report.results import read_records  # noqa: E402
 from sqlenv.types import EpisodeRecord  # noqa: E402
 
 
@@ -33,15 +34,10 @@ def _side(folder: Path) -> tuple[dict[str, EpisodeRecord], dict]:
     if not samples.is_file():
         raise FileNotFoundError(f"no samples.jsonl in {folder}")
     records: dict[str, EpisodeRecord] = {}
-    for lineno, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                r = EpisodeRecord.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError, AttributeError, KeyError) as e:
-                raise ValueError(f"{samples}:{lineno}: not an episode record: {e}") from e
-            if r.question_id in records:
-                raise ValueError(f"{samples}: question {r.question_id!r} appears twice")
-            records[r.question_id] = r
+    for r in read_records(samples):
+        if r.question_id in records:
+            raise ValueError(f"{samples}: question {r.question_id!r} appears twice")
+        records[r.question_id] = r
     metrics = folder / "metrics.json"
     return records, json.loads(metrics.read_text(encoding="utf-8")) if metrics.is_file() else {}
 

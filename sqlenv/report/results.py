@@ -123,7 +123,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_records(path: Path) -> list[EpisodeRecord]:
+def read_records(path: Path) -> list[EpisodeRecord]:
+    """The episodes of a samples.jsonl; ValueError naming the line that is not one."""
     records = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
@@ -148,7 +149,7 @@ def load_result(folder: Path, policy: str, set_name: str) -> EvalResult:
     info = {k: v for k, v in data.items() if k != "metrics"}
     records = None
     if (folder / "samples.jsonl").is_file():
-        records = _read_records(folder / "samples.jsonl")
+        records = read_records(folder / "samples.jsonl")
         correct = sum(r.correct for r in records)
         if (len(records), correct) != (metrics["n"], metrics["correct"]):
             raise ValueError(f"{folder / 'samples.jsonl'}: {len(records)} episodes, {correct} correct, but "
