@@ -4,6 +4,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -547,3 +548,38 @@ def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(t
     # The later turn prefilled the last completion token + the tool result but its last token, per rollout,
     # then fed that last token of each in one batched step: never the whole context again.
     assert prefilled == [len(tool)] * len(order) and first_step == len(order)
+
+
+def test_bf16_loss_runs_under_autocast_without_adapter_input_casts_and_generation_without(tmp_path, concert_db_dir):  # noqa: F811
+    """On a CPU in bf16 the policy forward pass of the loss runs under autocast, and there the LoRA layers skip
+    the input cast to their fp32 adapters (`sqlenv.train.adapters`); generation runs without autocast (where
+    it would only add casts). Seen from inside a real training step. Fails if `compute_loss` stops being
+    where TRL's loss forward runs, or if the hook is not installed."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    from sqlenv.train.tiny_model import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny", dtype="bfloat16")
+    questions = tmp_path / "train.jsonl"
+    questions.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in COUNT_QUESTIONS))
+    p = repo_params()
+    p["model"]["dtype"] = "bfloat16"
+    p["grpo"].update(batch_size=2, gradient_accumulation_steps=1, lora_r=4, lora_alpha=8, checkpoint_every=10)
+    p["grpo_phase1"].update(beta=0.0, max_steps=1, num_generations=2, max_completion_length=12)
+    trainer = build_trainer(phase_settings(phase_sections(p, 1), 1), model_path=tiny, questions_file=questions,
+                            db_dir=concert_db_dir, checkpoint_dir=tmp_path / "ck")  # fmt: skip
+    assert trainer.loss_autocast and not trainer.args.bf16  # not Trainer-wide: that would wrap generation too
+    lora = [m for m in trainer.model.modules() if isinstance(m, LoraLayer)]
+    assert lora and {p.dtype for m in lora for p in m.lora_A.parameters()} == {torch.float32}
+    seen = []
+    lora[0].register_forward_hook(
+        lambda m, a, out: seen.append((torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"), m.cast_input_dtype_enabled))
+    )
+    with compact_lm_head():
+        trainer.train()
+    loss = [(autocast, cast) for grad, autocast, cast in seen if grad]  # what the loss backpropagates through
+    generation = [(autocast, cast) for grad, autocast, cast in seen if not grad]
+    assert loss and set(loss) == {(True, False)}, seen
+    assert generation and set(generation) == {(False, True)}, seen
+    assert math.isfinite(trainer.state.log_history[-1]["train_loss"])

@@ -74,6 +74,10 @@ def test_trl_recognises_the_template_and_swaps_in_its_training_variant(tokenizer
     trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1), "unused-output-dir")
     assert trainer.args.assistant_only_loss
     assert "TrimHeap" in [type(c).__name__ for c in trainer.callback_handler.callbacks]  # sqlenv.train.heap
+    from peft.tuners.lora import LoraLayer
+
+    lora = [m for m in trainer.model.modules() if isinstance(m, LoraLayer)]
+    assert lora and all(m._sqlenv_cast_hook for m in lora)  # sqlenv.train.adapters
     assert trainer.chat_template == trl_chat_template("qwen2_5_training")  # what SFTTrainer tokenises with
 
 
