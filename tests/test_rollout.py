@@ -555,6 +555,50 @@ def test_stopped_rows_leave_the_batch_and_the_others_decode_unchanged(chaotic_mo
     assert len(steps) == max(len(e) for e in expected)  # no forward after the last row stopped
 
 
+def test_decode_steps_write_the_cache_in_place(chaotic_model, tokenizer, concert_db_dir):
+    """Every decode step of a turn writes its keys/values into the buffers reserved at the turn's start
+    (`reserved_cache`): transformers' DynamicLayer would copy the whole cache into a new tensor every step."""
+    contexts = _prompt_contexts(tokenizer, concert_db_dir)
+    storages: list[set[int]] = []
+
+    def record(_module, _args, kwargs, _out):
+        storages.append({layer.keys.untyped_storage().data_ptr() for layer in kwargs["cache"].layers})
+
+    with torch.no_grad():
+        gen = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id)
+        gen.encode_prefix(contexts[0][:100])
+        for key, ctx in enumerate(contexts):
+            gen.start(key, ctx)
+        gen._prefill_rows([0, 1, 2], contexts)
+        hook = chaotic_model.register_forward_hook(record, with_kwargs=True)
+        try:
+            gen.generate([0, 1, 2], contexts, [8, 8, 8])  # no stop token, equal budgets: no row leaves early
+        finally:
+            hook.remove()
+    assert len(storages) == 8  # the new tokens' prefill, then one forward per further token
+    assert all(s == storages[0] for s in storages)
+
+
+def test_reserved_cache_grows_selects_rows_and_refuses_the_rest():
+    """Past its capacity a reserved layer grows (same values as concatenating); `batch_select_indices`
+    keeps rows; operations it does not implement raise instead of desynchronising its buffers."""
+    from transformers import DynamicCache
+
+    from sqlenv.decode import reserved_cache
+
+    config = types.SimpleNamespace(num_hidden_layers=1)
+    chunks = [(torch.randn(3, 2, n, 4), torch.randn(3, 2, n, 4)) for n in (2, 1, 3)]
+    ours, theirs = reserved_cache(config, [], capacity=3), DynamicCache()
+    for k, v in chunks:
+        got, want = ours.update(k, v, 0), theirs.update(k, v, 0)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert ours.get_seq_length() == 6
+    ours.batch_select_indices(torch.tensor([2, 0]))
+    assert torch.equal(ours.layers[0].keys, theirs.layers[0].keys[[2, 0]])
+    with pytest.raises(NotImplementedError):
+        ours.crop(-1)
+
+
 @pytest.mark.parametrize(
     "settings",
     [GenerationSettings(), GenerationSettings(do_sample=True, temperature=3.0, top_k=40, top_p=0.9, seed=7)],
