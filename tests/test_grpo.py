@@ -537,7 +537,7 @@ def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(t
     later = [first[i] + ours[i] + tool for i in order]
     fed.clear()
     ours_later = trainer._generate_single_turn(later, None, {}, 1)[0]
-    prefilled, first_step = fed[: len(order)], fed[len(order)]  # each rollout's new tokens alone, then one batched step
+    prefilled, first_step = fed[0], fed[1]  # the rollouts' new tokens in one forward, then one batched step
     hook.remove()
 
     trl_first = GRPOTrainer._generate_single_turn(trainer, first, None, {}, 1)[0]
@@ -545,9 +545,10 @@ def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(t
     left = [max(0, 40 - (len(x) - len(first[i]))) for x, i in zip(later, order)]  # TRL cuts a later turn to what is left
     assert ours == trl_first and ours[0][-1] == stop and len(ours[0]) < 40
     assert left[1] > 0 and ours_later[1] and ours_later == [c[:n] for c, n in zip(trl_later, left)]
-    # The later turn prefilled the last completion token + the tool result but its last token, per rollout,
-    # then fed that last token of each in one batched step: never the whole context again.
-    assert prefilled == [len(tool)] * len(order) and first_step == len(order)
+    # The later turn prefilled the last completion token + the tool result but its last token of each rollout
+    # (equally long: one forward, no padding), then fed that last token of each in one batched step: never
+    # the whole context again.
+    assert prefilled == len(tool) * len(order) and first_step == len(order)
 
 
 def test_bf16_loss_runs_under_autocast_without_adapter_input_casts_and_generation_without(tmp_path, concert_db_dir):  # noqa: F811

@@ -513,6 +513,50 @@ def test_kept_cache_equals_a_fresh_forward(chaotic_model, tokenizer, concert_db_
                 assert torch.allclose(v, layer.values[0], atol=1e-4, rtol=1e-4)
 
 
+def test_similar_rows_are_prefilled_together_with_the_caches_of_unpadded_forwards(chaotic_model, tokenizer,
+                                                                                   concert_db_dir):
+    """Episodes whose new tokens are of similar length are prefilled in one padded forward (a very
+    different one alone), and every kept cache equals a fresh, unpadded forward of that episode's tokens."""
+    base = _prompt_contexts(tokenizer, concert_db_dir)
+    contexts = [base[0], base[1], base[0][:-9] + base[1][-7:], base[2][:101]]  # new: ~n, ~n, ~n-2, 1
+    lengths = [len(c) - 1 - 100 for c in contexts]
+    assert lengths[3] == 0 and min(lengths[:3]) >= 0.8 * max(lengths[:3])
+    forwards: list[int] = []
+    hook = chaotic_model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: forwards.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    gen = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id)
+    try:
+        with torch.no_grad():
+            gen.encode_prefix(base[0][:100])
+            for key, ctx in enumerate(contexts):
+                gen.start(key, ctx)
+            forwards.clear()
+            gen._prefill_rows([0, 1, 2, 3], contexts)
+    finally:
+        hook.remove()
+    assert forwards == [3]  # the three similar rows together; the fourth has nothing to prefill
+    with torch.no_grad():
+        for key, ctx in enumerate(contexts):
+            kv, n = gen.cached(key)
+            assert n == len(ctx) - 1
+            fresh = chaotic_model(input_ids=torch.tensor([ctx[:-1]]), use_cache=True).cache
+            for (k, v), layer in zip(kv, fresh.layers):
+                assert torch.allclose(k, layer.keys[0], atol=1e-4, rtol=1e-4)
+                assert torch.allclose(v, layer.values[0], atol=1e-4, rtol=1e-4)
+
+
+def test_prefill_groups_bound_padding_and_size():
+    from sqlenv.decode import PREFILL_GROUP_TOKENS, prefill_groups
+
+    assert prefill_groups({}) == []
+    assert prefill_groups({0: 10, 1: 400, 2: 11, 3: 12}) == [[0, 2, 3], [1]]
+    assert prefill_groups({0: 10, 1: 13}) == [[0, 1]]  # 3 of 26 positions padding
+    assert prefill_groups({0: 10, 1: 20}) == [[0], [1]]  # 10 of 40 would be padding: more than a fifth
+    many = prefill_groups({i: 100 for i in range(50)})
+    assert all(len(g) * 100 <= PREFILL_GROUP_TOKENS for g in many) and sorted(sum(many, [])) == list(range(50))
+
+
 def test_stopped_rows_leave_the_batch_and_the_others_decode_unchanged(chaotic_model, tokenizer, concert_db_dir):
     """Rows stop at different steps (a stop token, their own budgets) and are cut out of the batch as it
     goes; every row's tokens equal that row decoded alone."""
