@@ -632,7 +632,7 @@ def test_reserved_cache_grows_selects_rows_and_refuses_the_rest():
 
     config = types.SimpleNamespace(num_hidden_layers=1)
     chunks = [(torch.randn(3, 2, n, 4), torch.randn(3, 2, n, 4)) for n in (2, 1, 3)]
-    ours, theirs = reserved_cache(config, [], capacity=3), DynamicCache()
+    ours, theirs = reserved_cache(config, 3), DynamicCache()
     for k, v in chunks:
         got, want = ours.update(k, v, 0), theirs.update(k, v, 0)
         assert all(torch.equal(a, b) for a, b in zip(got, want))
@@ -641,6 +641,11 @@ def test_reserved_cache_grows_selects_rows_and_refuses_the_rest():
     assert torch.equal(ours.layers[0].keys, theirs.layers[0].keys[[2, 0]])
     with pytest.raises(NotImplementedError):
         ours.crop(-1)
+    keys, values = torch.zeros(2, 2, 5, 4), torch.zeros(2, 2, 5, 4)
+    adopted = reserved_cache(config, 5, [(keys, values)], length=2)  # buffers taken as they are, not copied
+    assert adopted.get_seq_length() == 2 and adopted.layers[0].keys.data_ptr() == keys.data_ptr()
+    adopted.update(torch.ones(2, 2, 1, 4), torch.ones(2, 2, 1, 4), 0)
+    assert keys[:, :, 2].eq(1).all() and adopted.get_seq_length() == 3
 
 
 @pytest.mark.parametrize(
