@@ -109,6 +109,7 @@ class SFTParams:
     lora_alpha: int
     lora_dropout: float
     logging_steps: int
+    shared_prefix: bool
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class GRPOParams:
     transcripts_per_log: int
     few_shot_steps: int
     use_vllm: Literal["none", "colocate", "server"]
+    shared_prefix: bool
     rollout_decoder: Literal["cached", "trl"]
 
 

@@ -1,5 +1,6 @@
 """Guards sqlenv.train.grpo and grpo_outputs: batch plan, per-phase params, reward components as TRL logs them, checkpoints, few-shot, final model."""
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -9,6 +10,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from fixtures_env import Q_COUNT, concert_db_dir  # noqa: F401  (fixture)
 
@@ -28,7 +30,10 @@ from sqlenv.train.grpo import (
     phase_sections,
     phase_settings,
     plan_batches,
+    rollout_log_probs,
     sampler_epoch_callback,
+    shared_prompt_prefix,
+    stack_rows,
     vllm_arguments,
 )
 from sqlenv.train.grpo_outputs import (
@@ -584,3 +589,103 @@ def test_bf16_loss_runs_under_autocast_without_adapter_input_casts_and_generatio
     assert loss and set(loss) == {(True, False)}, seen
     assert generation and set(generation) == {(False, True)}, seen
     assert math.isfinite(trainer.state.log_history[-1]["train_loss"])
+
+
+def _shared_prefix_trainer(tmp_path, concert_db_dir, shared: bool, **phase):  # noqa: F811
+    from sqlenv.train.tiny_model import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny", dtype="float32")
+    questions = tmp_path / "train.jsonl"
+    questions.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in COUNT_QUESTIONS))
+    p = repo_params()
+    p["model"]["dtype"] = "float32"
+    p["grpo"].update(batch_size=1, gradient_accumulation_steps=6, lora_r=4, lora_alpha=8, checkpoint_every=10,
+                     shared_prefix=shared)  # fmt: skip
+    p["grpo_phase1"].update(**{"beta": 0.04, "max_steps": 2, "num_generations": 3, "learning_rate": 1e-3, **phase})
+    trainer = build_trainer(phase_settings(phase_sections(p, 1), 1), model_path=tiny, questions_file=questions,
+                            db_dir=concert_db_dir, checkpoint_dir=tmp_path / f"ck-{shared}")  # fmt: skip
+    return trainer, tiny
+
+
+def test_shared_prefix_passes_give_trls_gradients_and_run_the_prefix_once(tmp_path, concert_db_dir):  # noqa: F811
+    """`grpo.shared_prefix`: each rollout's log-prob passes run without padding, after the prompt prefix the
+    step's rollouts share, encoded once per pass kind (the loss's, with gradient; the KL reference's, without).
+    Two real steps (scripted turns, beta > 0, so the reference pass and, in step 2, the KL gradient count) hand
+    the optimizer the gradients of TRL's padded passes. Fails if the prefix's gradient is dropped
+    (`SharedPrefix.finish`), if the prefix runs per rollout, or if a rollout's positions are misaligned."""
+    from transformers import AutoTokenizer, TrainerCallback
+
+    runs = {}
+    for shared in (False, True):
+        trainer, tiny = _shared_prefix_trainer(tmp_path, concert_db_dir, shared)
+        grads, lengths = [], []
+
+        class Grads(TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+                grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+
+        trainer.add_callback(Grads())
+        _scripted_generation(trainer, AutoTokenizer.from_pretrained(tiny))
+        trainer.model.get_input_embeddings().register_forward_pre_hook(lambda m, a: lengths.append(a[0].shape[-1]))
+        with compact_lm_head():
+            trainer.train()
+        runs[shared] = (trainer, grads, lengths)
+    (plain, grads_plain, lengths_plain), (shared, grads_shared, lengths_shared) = runs[False], runs[True]
+    prefix = len(shared._prefix_ids)
+    assert prefix > 100 and not plain.shared_prefix
+    # per step: 6 rollouts x (reference + loss) passes; shared: + one prefix per pass kind
+    assert len(lengths_plain) == 2 * 12 and lengths_plain.count(prefix) == 0
+    assert len(lengths_shared) == 2 * 14 and lengths_shared.count(prefix) == 4
+    assert sum(lengths_shared) < sum(lengths_plain) - 2 * 10 * prefix  # 12 prefixes and the padding saved per step
+    assert len(grads_plain) == len(grads_shared) == 2
+    for step_plain, step_shared in zip(grads_plain, grads_shared):
+        assert step_plain.keys() == step_shared.keys()
+        for name in step_plain:
+            torch.testing.assert_close(step_shared[name], step_plain[name], rtol=1e-3, atol=1e-6)
+    losses = [[e["loss"] for e in t.state.log_history if "loss" in e] for t in (plain, shared)]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4, abs=1e-7)
+
+
+def test_rollout_log_probs_match_trls_padded_rows_and_skip_empty_completions(tmp_path, concert_db_dir):  # noqa: F811
+    """One padded batch as TRL builds it (left-padded prompts of different lengths, right-padded completions, one
+    completion fully masked as `mask_truncated_completions` leaves a truncated one): our pass gives TRL's
+    log-probs and entropies on every scored position, zeros elsewhere, and the same gradient of a masked loss."""
+    import torch
+
+    trainer, _ = _shared_prefix_trainer(tmp_path, concert_db_dir, True)
+    model = trainer.model
+    g = torch.Generator().manual_seed(0)
+    shared = torch.randint(10, 5000, (40,), generator=g).tolist()
+    prompts_ = [shared + torch.randint(10, 5000, (n,), generator=g).tolist() for n in (3, 9, 5)]
+    completions = [torch.randint(10, 5000, (n,), generator=g).tolist() for n in (7, 12, 4)]
+    width_p, width_c = max(map(len, prompts_)), max(map(len, completions))
+    ids = torch.zeros(3, width_p + width_c, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, (p, c) in enumerate(zip(prompts_, completions)):
+        ids[i, width_p - len(p) : width_p] = torch.tensor(p)
+        ids[i, width_p : width_p + len(c)] = torch.tensor(c)
+        mask[i, width_p - len(p) : width_p + (0 if i == 2 else len(c))] = 1  # row 2: completion masked out
+    score = mask[:, width_p:].float()
+
+    def run(ours: bool):
+        model.zero_grad()
+        trainer._prefix_ids = shared_prompt_prefix(ids[:, :width_p], mask[:, :width_p]) if ours else []
+        trainer._step_prefix = None
+        trainer.shared_prefix = ours
+        logps, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, width_c, batch_size=1, compute_entropy=True)
+        (logps * score).sum().backward()
+        if ours:
+            assert trainer._step_prefix is not None and trainer._step_prefix.length == 40  # the shared tokens
+            trainer._step_prefix.finish()
+        return logps.detach() * score, entropy.detach() * score, {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    trl_logps, trl_entropy, trl_grads = run(False)
+    our_logps, our_entropy, our_grads = run(True)
+    torch.testing.assert_close(our_logps, trl_logps, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(our_entropy, trl_entropy, rtol=1e-4, atol=1e-5)
+    for name in trl_grads:
+        torch.testing.assert_close(our_grads[name], trl_grads[name], rtol=1e-3, atol=1e-6)
+    rows = [rollout_log_probs(model, ids[i], mask[i], width_c, None, contextlib.nullcontext) for i in range(3)]
+    assert rows[2] is None and all(r is not None for r in rows[:2])
+    logps, _ = stack_rows([None, None], width_c, ids.device)
+    assert logps.requires_grad and not logps.any()  # a micro-batch of empty completions still backpropagates (zero)

@@ -347,3 +347,50 @@ def test_inspect_sft_renders_with_the_models_template_kwargs(tiny_models, world,
     assert main(["--data", str(data), "--model", str(model_dir), "--plain"]) == 0
     out = capsys.readouterr().out
     assert "template qwen3_8_training enable_thinking=False" in out and "Reasoning effort" not in out
+
+
+def _train_recording(tiny, world, tmp_path, shared: bool, steps: int = 2):
+    """Train `steps` SFT steps (2 trajectories each, float32); per step the trainable gradients the optimizer is
+    handed, and the length of every sequence the model embedded."""
+    from transformers import TrainerCallback
+
+    dataset, _ = build_dataset(world[2][:4], AutoTokenizerFor(tiny), max_length=4096)
+    config = TrainConfig(max_steps=steps, gradient_accumulation_steps=2, learning_rate=1e-3, max_length=4096,
+                         dtype="float32", shared_prefix=shared)  # fmt: skip
+    grads, lengths = [], []
+
+    class Grads(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+
+    trainer = build_trainer(tiny, dataset, config, tmp_path / f"out-{shared}", callbacks=[Grads()])
+    trainer.model.get_input_embeddings().register_forward_pre_hook(lambda m, a: lengths.append(a[0].shape[-1]))
+    with compact_lm_head():
+        trainer.train()
+    return trainer, grads, lengths
+
+
+def AutoTokenizerFor(path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def test_shared_prefix_gives_the_same_gradients_and_encodes_the_prefix_once_per_step(tiny, world, tmp_path):
+    """`sft.shared_prefix`: the system prompt + tool schemas that every trajectory opens with are run once per
+    optimizer step, and each trajectory's suffix attends to their cache; the gradients the optimizer gets are
+    those of TRL's own passes (tool-tag embedding rows included: the tool schemas mention the tags). Fails if
+    the prefix's gradient is not backpropagated (`SharedPrefix.finish`), or if the prefix is run per trajectory."""
+    plain, grads_plain, lengths_plain = _train_recording(tiny, world, tmp_path, shared=False)
+    shared, grads_shared, lengths_shared = _train_recording(tiny, world, tmp_path, shared=True)
+    n = len(shared._prefix_ids)
+    assert n > 100 and plain._prefix_ids == []
+    assert lengths_plain.count(n) == 0 and lengths_shared.count(n) == 2  # one prefix pass per step
+    assert sum(lengths_shared) == sum(lengths_plain) - 2 * n  # 4 trajectories, 2 prefixes: 2 saved
+    assert len(grads_plain) == len(grads_shared) == 2
+    for step_plain, step_shared in zip(grads_plain, grads_shared):
+        assert step_plain.keys() == step_shared.keys() and any("trainable_tokens_delta" in k for k in step_plain)
+        for name in step_plain:
+            torch.testing.assert_close(step_shared[name], step_plain[name], rtol=1e-3, atol=1e-6)
+    losses = [[e["loss"] for e in t.state.log_history if "loss" in e] for t in (plain, shared)]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4)

@@ -61,6 +61,7 @@ from sqlenv.env.rewards import COMPONENTS
 from sqlenv.env.trl_adapter import SQLAgentEnv, SQLAnswerAgentEnv, agent_env_class
 from sqlenv.provenance import chat_template_kwargs
 from sqlenv.train.processes import world_size
+from sqlenv.train.shared_prefix import SharedPrefix, common_prefix_length, usable_length
 from sqlenv.types import Question, strict_kwargs
 
 STAGES = {1: "grpo_phase1", 2: "grpo_phase2"}
@@ -112,6 +113,7 @@ class PhaseSettings:
     few_shot_steps: int
     use_vllm: str  # none | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
     rollout_decoder: str  # cached (our KV-cached decode loop for each turn) | trl (TRL's transformers generate)
+    shared_prefix: bool  # log-prob passes without padding, the step's shared prompt prefix encoded once (one process)
     transcripts_every: int
     transcripts_per_log: int
     dtype: str
@@ -311,9 +313,15 @@ def _trainer_class():
         training order after a resume is that of an uninterrupted run (`epoch_repeat_sampler_class`)."""
 
         def __init__(self, *args: Any, few_shot_system: str | None = None, few_shot_steps: int = 0,
-                     rollout_decoder: str = "cached", loss_autocast: bool = False, **kwargs: Any):  # fmt: skip
+                     rollout_decoder: str = "cached", loss_autocast: bool = False, shared_prefix: bool = True,
+                     **kwargs: Any):  # fmt: skip
             super().__init__(*args, **kwargs)
             self.loss_autocast = loss_autocast
+            # Under DDP the last micro-batch's backward all-reduces the gradients before the shared prefix's
+            # share could be added (`sqlenv.train.shared_prefix`): one process only.
+            self.shared_prefix = shared_prefix and self.accelerator.num_processes == 1
+            self._prefix_ids: list[int] = []  # the prompt prefix every rollout of the current generation batch opens with
+            self._step_prefix = None  # its SharedPrefix under the current weights, with gradient (one optimizer step)
             self.few_shot_system = few_shot_system
             self.few_shot_steps = few_shot_steps if few_shot_system else 0
             self._questions: list[str] = []  # ids of the questions generated for since the last training log
@@ -357,11 +365,55 @@ def _trainer_class():
                 inputs = [{**x, "prompt": [{"role": "system", "content": self.few_shot_system}, *x["prompt"][1:]]} for x in inputs]
             if self._turns is not None:
                 self._turns.reset()  # new weights since the last batch: no cache survives it
+            if self.shared_prefix:
+                self._prefix_ids = []  # TRL's reference pass runs inside: not the previous batch's prefix
             try:
-                return super()._generate_and_score_completions(inputs)
+                batch = super()._generate_and_score_completions(inputs)
             finally:
                 if self._turns is not None:
                     self._turns.reset()  # free the batch's caches before the log-prob passes
+            if self.shared_prefix:
+                self._prefix_ids = shared_prompt_prefix(batch["prompt_ids"], batch["prompt_mask"])
+            return batch
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                               compute_entropy=False, compute_aux_loss=False, **multimodal):  # fmt: skip
+            # TRL runs each micro-batch padded to its generation batch's longest prompt and longest completion, and
+            # every rollout's system prompt again, forward and backward. Here each rollout runs without its padding,
+            # after its step's shared prompt prefix encoded once (`sqlenv.train.shared_prefix`). Same log-probs
+            # and gradients; a test trains a step both ways.
+            if not self.shared_prefix or compute_aux_loss or any(v is not None for v in multimodal.values()):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                    compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal,
+                )  # fmt: skip
+            import torch
+
+            if torch.is_grad_enabled():  # the loss's pass: the step's prefix, backpropagated once in training_step
+                if self._step_prefix is None and len(self._prefix_ids) >= SharedPrefix.MIN_LENGTH:
+                    with self.accelerator.autocast():  # as TRL runs the model in this pass
+                        self._step_prefix = SharedPrefix.encode(model, self._prefix_ids)
+                prefix = self._step_prefix
+            else:  # a reference or old-policy pass: this call's own prefix, no gradient
+                ids = self._prefix_ids or shared_prompt_prefix(input_ids[:, : input_ids.size(1) - logits_to_keep],
+                                                               attention_mask[:, : input_ids.size(1) - logits_to_keep])
+                with self.accelerator.autocast():
+                    prefix = SharedPrefix.encode(model, ids) if len(ids) >= SharedPrefix.MIN_LENGTH else None
+            rows = [
+                rollout_log_probs(model, ids, mask, logits_to_keep, prefix, self.accelerator.autocast)
+                for ids, mask in zip(input_ids, attention_mask, strict=True)
+            ]
+            logps, entropies = stack_rows(rows, logits_to_keep, input_ids.device)
+            return logps, (entropies if compute_entropy else None), None
+
+        def training_step(self, model, inputs, num_items_in_batch):
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            # The step's last micro-batch (the Trainer clips and steps right after): the shared prefix's gradient,
+            # which every micro-batch's backward left in its leaves, goes into the adapters now, once.
+            if self.accelerator.sync_gradients and self._step_prefix is not None:
+                prefix, self._step_prefix = self._step_prefix, None
+                prefix.finish()
+            return loss
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
             # TRL's regular (transformers) path re-encodes each rollout's whole context every turn; this one
@@ -396,6 +448,65 @@ def _trainer_class():
 
 
 ROLLOUT_DECODERS = ("cached", "trl")
+
+
+# ------------------------------------------------------------------------------------- log-prob passes
+def shared_prompt_prefix(prompt_ids: Any, prompt_mask: Any) -> list[int]:
+    """The token ids every prompt of a (left-padded) batch opens with, ending before the last token of the
+    shortest prompt: that token's hidden state predicts the rollout's first completion token, so it belongs
+    to each rollout's own pass (`shared_prefix.usable_length`)."""
+    prompts_ = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask, strict=True)]
+    if not prompts_:
+        return []
+    length = usable_length(common_prefix_length(prompts_), min(len(p) for p in prompts_))
+    return prompts_[0][:length]
+
+
+def rollout_log_probs(model: Any, ids: Any, mask: Any, logits_to_keep: int, prefix: SharedPrefix | None,
+                      autocast: Callable[[], Any]) -> tuple[Any, Any] | None:  # fmt: skip
+    """Log-probs and entropies of one rollout's completion tokens, as TRL's `_get_per_token_logps_and_entropies`
+    computes them for its row: `ids` = prompt (left-padded) + completion (right-padded), `mask` their attention
+    mask, the last `logits_to_keep` positions the completion. Only the real tokens are run, after `prefix` when
+    the rollout opens with it; positions past the completion's last real token get 0 (the loss masks them).
+    None for a completion without a real token (`mask_truncated_completions` zeroes a truncated one): there is
+    nothing to score, and nothing is run."""
+    import torch
+
+    real = mask.nonzero().flatten()
+    start, end = int(real[0]), int(real[-1]) + 1
+    if end - start != real.numel():
+        raise ValueError("a rollout's attention mask has a gap: not left-padded prompt + right-padded completion")
+    prompt_width = ids.numel() - logits_to_keep
+    n = end - prompt_width  # real completion tokens
+    if n <= 0:
+        return None
+    seq = ids[start:end]
+    labels = seq.clone()
+    labels[: prompt_width - start] = -100  # score the completion only, as TRL's labels do
+    use = prefix is not None and prefix.length <= prompt_width - start - 1 and prefix.starts(seq.tolist())
+    skip = prefix.length if use else 0
+    with autocast():
+        out = model(input_ids=seq[skip:][None], labels=labels[skip:][None], fused_lm_head=True,
+                    **({"cache": prefix.cache()} if use else {}))  # fmt: skip
+    pad = logits_to_keep - n
+    logps, entropy = out.log_probs[0, -n:], out.entropy[0, -n:]
+    return torch.cat([logps, logps.new_zeros(pad)]), torch.cat([entropy, entropy.new_zeros(pad)])
+
+
+def stack_rows(rows: Sequence[tuple[Any, Any] | None], logits_to_keep: int, device: Any) -> tuple[Any, Any]:
+    """`rollout_log_probs` rows as TRL's [rows, logits_to_keep] log-probs and entropies. A row that ran nothing
+    is zeros; if no row ran, the log-probs are a zero leaf that requires grad (under grad mode), so the
+    micro-batch's loss still backpropagates — a zero gradient, as TRL's fully masked row gives."""
+    import torch
+
+    ran = [r for r in rows if r is not None]
+    dtype = ran[0][0].dtype if ran else torch.float32
+    zeros = torch.zeros(logits_to_keep, dtype=dtype, device=device)
+    logps = torch.stack([zeros if r is None else r[0] for r in rows])
+    entropies = torch.stack([zeros if r is None else r[1] for r in rows])
+    if not ran and torch.is_grad_enabled():
+        logps.requires_grad_()
+    return logps, entropies
 
 
 def cached_decoding_applies(trainer: Any) -> bool:
@@ -551,6 +662,7 @@ def build_trainer(
         few_shot_system=few_shot_system,
         few_shot_steps=settings.few_shot_steps,
         rollout_decoder=settings.rollout_decoder,
+        shared_prefix=settings.shared_prefix,
         # bf16 on a CPU: the loss's forward pass under bf16 autocast, where peft's cast of each LoRA input
         # to the fp32 adapters is redundant and skipped (`sqlenv.train.adapters`). One default-shape step
         # (8 rollouts of the SFT model, the same ones both ways, 2-core AMD EPYC): peak 7.6 -> 4.9 GB, loss

@@ -50,6 +50,7 @@ from sqlenv.provenance import (
     untrained_token_ids,
 )
 from sqlenv.train.merge import TOOL_TAGS, save_trained, tag_rows
+from sqlenv.train.shared_prefix import SharedPrefix, common_prefix_length, usable_length
 from sqlenv.train.trl_patches import compact_lm_head
 from sqlenv.types import stable_hash, strict_kwargs
 
@@ -70,6 +71,7 @@ class TrainConfig:
     lora_alpha: int = 32
     lora_dropout: float = 0.0
     logging_steps: int = 2
+    shared_prefix: bool = True
     seed: int = 0
     dtype: str = "bfloat16"
     max_steps: int = -1  # > 0 overrides epochs (tests)
@@ -278,13 +280,69 @@ def build_trainer(
         dataloader_num_workers=0,
         disable_tqdm=False,
     )
-    return SFTTrainer(
+    return _trainer_class()(
         model=model,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[trim_callback(), *callbacks],
+        shared_prefix=config.shared_prefix,
     )
+
+
+def dataset_prefix(dataset: Any) -> list[int]:
+    """The token ids every trajectory of SFTTrainer's prepared `dataset` (`input_ids`, `labels` with -100 off the
+    assistant turns) opens with — the system prompt and tool schemas —, ending before the position that predicts
+    the earliest labelled token (`shared_prefix.usable_length`). Empty without those columns."""
+    if not {"input_ids", "labels"} <= set(dataset.column_names) or len(dataset) == 0:
+        return []
+    ids = dataset["input_ids"]
+    first_labelled = min(next((i for i, t in enumerate(row) if t != -100), len(row)) for row in dataset["labels"])
+    return list(ids[0][: usable_length(common_prefix_length(ids), first_labelled)])
+
+
+def _trainer_class() -> type:
+    from trl import SFTTrainer
+
+    class SQLAgentSFTTrainer(SFTTrainer):
+        """SFTTrainer that encodes the prefix every trajectory opens with once per optimizer step
+        (`sqlenv.train.shared_prefix`) instead of once per trajectory: the same loss and gradients."""
+
+        def __init__(self, *args: Any, shared_prefix: bool = True, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            # One process only: under DDP the gradients are all-reduced before the prefix's share is added.
+            on = shared_prefix and self.accelerator.num_processes == 1
+            self._prefix_ids = dataset_prefix(self.train_dataset) if on else []
+            self._step_prefix = None
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            # The suffix after the shared prefix, attending to the prefix's cache; the attention mask keeps its
+            # full length (prefix + suffix), which is also what TRL counts as the step's tokens.
+            n = len(self._prefix_ids)
+            ids, labels = inputs.get("input_ids"), inputs.get("labels")
+            applies = (
+                n >= SharedPrefix.MIN_LENGTH and ids is not None and labels is not None and ids.size(0) == 1
+                and set(inputs) <= {"input_ids", "labels", "attention_mask"}
+                and bool(inputs.get("attention_mask", ids.new_ones(1)).all()) and bool((labels[0, : n + 1] == -100).all())
+                and ids[0, :n].tolist() == self._prefix_ids and ids.size(1) > n
+            )  # fmt: skip
+            if applies and model.training and not return_outputs:
+                if self._step_prefix is None:  # the step's first micro-batch, inside the Trainer's autocast
+                    self._step_prefix = SharedPrefix.encode(model, self._prefix_ids)
+                inputs = {**inputs, "input_ids": ids[:, n:], "labels": labels[:, n:], "cache": self._step_prefix.cache()}
+                inputs.setdefault("attention_mask", ids.new_ones(ids.shape))
+            return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
+        def training_step(self, *args: Any, **kwargs: Any):
+            loss = super().training_step(*args, **kwargs)
+            # The step's last micro-batch (clipping and the optimizer step follow): the prefix's gradient, left in
+            # its leaves by every micro-batch, goes into the adapters once.
+            if self.accelerator.sync_gradients and self._step_prefix is not None:
+                prefix, self._step_prefix = self._step_prefix, None
+                prefix.finish()
+            return loss
+
+    return SQLAgentSFTTrainer
 
 
 def _expose_head_bias(model: Any) -> None:
