@@ -4,8 +4,11 @@ Two configurations run one after the other in this process, on the same machine,
 and every other setting; only the keys in `BASELINE` differ:
 
 - `baseline`: round 1 (1 question x 4 generations per step: grpo.batch_size 4, accumulation 1,
-  num_generations 4; phase 1 6 steps + phase 2 4 steps; TRL's own turn generation, rollout_decoder trl);
-- `default`: params.yaml as it is (`--params`), read at run time, never copied here.
+  num_generations 4; phase 1 6 steps + phase 2 4 steps; TRL's own turn generation, rollout_decoder trl;
+  TRL's own padded log-prob passes, shared_prefix false);
+- `default`: params.yaml as it is (`--params`), read at run time, never copied here;
+- `no_shared_prefix` (only when asked for in `--configs`): the default with TRL's own log-prob passes, the
+  A/B of that one lever (`ratio_default_over_no_shared_prefix`).
 
 Each trains `--steps` real optimizer steps of phase 1 through the stage's own builder
 (`phase_sections` -> `phase_settings` -> `build_trainer`, inside `compact_lm_head` as the stage trains),
@@ -71,11 +74,15 @@ from sqlenv.dtype import choose_dtype  # noqa: E402
 # transformers path (the whole context re-encoded). Only these keys differ between the two configurations;
 # everything else is params.yaml's (the prompt too: the model was trained on it).
 BASELINE: dict[str, dict[str, Any]] = {
-    "grpo": {"batch_size": 4, "gradient_accumulation_steps": 1, "rollout_decoder": "trl"},
+    "grpo": {"batch_size": 4, "gradient_accumulation_steps": 1, "rollout_decoder": "trl", "shared_prefix": False},
     "grpo_phase1": {"num_generations": 4, "max_steps": 6},
     "grpo_phase2": {"num_generations": 4, "max_steps": 4},
 }
-CONFIGS: dict[str, dict[str, dict[str, Any]]] = {"baseline": BASELINE, "default": {}}
+CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
+    "baseline": BASELINE,
+    "default": {},
+    "no_shared_prefix": {"grpo": {"shared_prefix": False}},
+}
 
 
 def with_overrides(params: Mapping[str, Any], overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -259,9 +266,9 @@ def projection(params: Mapping[str, Any], measured: Mapping[str, Any], questions
     }
 
 
-def ratios(results: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """default / baseline, from the measured (and projected) figures."""
-    d, b = results["default"], results["baseline"]
+def ratios(results: Mapping[str, Mapping[str, Any]], other: str = "baseline") -> dict[str, float]:
+    """default / `other`, from the measured (and projected) figures."""
+    d, b = results["default"], results[other]
     return {
         "rollouts_per_min": d["rollouts_per_min"] / b["rollouts_per_min"],
         "distinct_questions_per_min": d["distinct_questions_per_min"] / b["distinct_questions_per_min"],
@@ -339,8 +346,9 @@ def main(argv: list[str] | None = None) -> dict:
     result["loadavg_after"] = os.getloadavg()
     result["peak_rss_mb_process"] = machine.peak_rss_mb()["system/peak_rss_mb"]
     result["configs"] = configs
-    if set(CONFIGS) <= set(configs):
-        result["ratio_default_over_baseline"] = ratios(configs)
+    for other in ("baseline", "no_shared_prefix"):
+        if {"default", other} <= set(configs):
+            result[f"ratio_default_over_{other}"] = ratios(configs, other)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

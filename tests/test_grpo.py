@@ -526,7 +526,8 @@ def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(t
     for name, weight in base.named_parameters():
         if "norm" not in name:
             weight.data.normal_(0, 0.3)
-    hook = base.register_forward_pre_hook(lambda m, a, kw: fed.append(kw["input_ids"].numel()), with_kwargs=True)
+    # the transformer: prefills run it alone (no LM head), decode steps through the model
+    hook = base.get_decoder().register_forward_pre_hook(lambda m, a, kw: fed.append(kw["input_ids"].numel()), with_kwargs=True)
 
     trainer._turns.reset()
     probe = trainer._generate_single_turn(first, None, {}, 1)[0]

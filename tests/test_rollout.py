@@ -12,7 +12,7 @@ import torch
 from fixtures_env import Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
 
 from sqlenv.data.oracle import oracle_calls, play
-from sqlenv.decode import GenerationSettings, ModelGenerator
+from sqlenv.decode import GenerationSettings, ModelGenerator, backbone
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.env.trl_adapter import SQLAgentEnv, agent_env_class, tool_methods
@@ -522,7 +522,7 @@ def test_similar_rows_are_prefilled_together_with_the_caches_of_unpadded_forward
     lengths = [len(c) - 1 - 100 for c in contexts]
     assert lengths[3] == 0 and min(lengths[:3]) >= 0.8 * max(lengths[:3])
     forwards: list[int] = []
-    hook = chaotic_model.register_forward_pre_hook(
+    hook = backbone(chaotic_model).register_forward_pre_hook(  # a prefill runs the transformer only, no LM head
         lambda _m, _a, kwargs: forwards.append(kwargs["input_ids"].shape[0]), with_kwargs=True
     )
     gen = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id)
@@ -581,7 +581,7 @@ def test_stopped_rows_leave_the_batch_and_the_others_decode_unchanged(chaotic_mo
     assert len({len(e) for e in expected}) >= 3  # rows really stop at different steps
 
     rows_per_forward: list[int] = []
-    hook = chaotic_model.register_forward_pre_hook(
+    hook = backbone(chaotic_model).register_forward_pre_hook(  # prefills and steps alike run the transformer
         lambda _m, _a, kwargs: rows_per_forward.append(kwargs["input_ids"].shape[0]), with_kwargs=True
     )
     try:
@@ -705,3 +705,25 @@ def test_one_token_steps_never_take_sdpas_grouped_query_branch(chaotic_model, to
     layers = chaotic_model.config.num_hidden_layers
     assert len(calls) == 7 * layers  # the context but its last token, then one forward per token decoded
     assert not [c for c in calls if c[0] == 1 and c[1] and c[2]]  # no maskless grouped-query one-token step
+
+
+def test_prefills_run_no_lm_head(chaotic_model, tokenizer, concert_db_dir):  # noqa: F811
+    """Encoding the shared prefix and prefilling what turns add only extend caches: they run the transformer
+    alone, never the 151,936-row LM head (asked for the last position's logits, a several-row LoRA model's head
+    took ~1 s a row on the CPU: `sqlenv.decode.backbone`). Decode steps run it once each."""
+    base = _prompt_contexts(tokenizer, concert_db_dir)
+    contexts = [base[0], base[1], base[0][:-9] + base[1][-7:]]
+    head_rows: list[int] = []
+    hook = chaotic_model.get_output_embeddings().register_forward_pre_hook(lambda _m, a: head_rows.append(a[0].shape[0]))
+    gen = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id)
+    try:
+        with torch.no_grad():
+            gen.encode_prefix(base[0][:100])
+            for key, ctx in enumerate(contexts):
+                gen.start(key, ctx)
+            gen._prefill_rows([0, 1, 2], contexts)
+            assert head_rows == [] and all(gen.cached(k)[1] == len(c) - 1 for k, c in enumerate(contexts))
+            gen.generate([0, 1, 2], contexts, [3, 3, 3])
+    finally:
+        hook.remove()
+    assert head_rows == [3, 3, 3]  # three decode steps of three rows

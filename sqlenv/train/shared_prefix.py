@@ -69,12 +69,14 @@ class SharedPrefix:
 
     @classmethod
     def encode(cls, model: Any, ids: Sequence[int]) -> SharedPrefix:
-        """Run `ids` through `model` (gradient as torch's grad mode says) and keep their keys and values.
-        Only the last position goes through the LM head (`logits_to_keep=1`)."""
+        """Run `ids` through `model`'s transformer (gradient as torch's grad mode says; no LM head: nothing
+        is scored here) and keep their keys and values."""
         import torch
 
+        from sqlenv.decode import backbone
+
         device = next(model.parameters()).device
-        out = model(input_ids=torch.tensor([list(ids)], device=device), use_cache=True, logits_to_keep=1)
+        out = backbone(model)(input_ids=torch.tensor([list(ids)], device=device), use_cache=True)
         layers = [(layer.keys, layer.values) for layer in out.cache.layers]
         leaves = None
         if torch.is_grad_enabled():

@@ -1,0 +1,178 @@
+"""SFT step time with the shared prompt prefix encoded once per step (`sft.shared_prefix: true`) against TRL's
+own passes (false): same trajectories, same model, same process.
+
+Both sides train `--steps` optimizer steps through the stage's builder (`sqlenv.train.sft.build_trainer`, with
+params.yaml's `sft` section and the dtype `model.dtype` resolves to, as the stage does) on the same
+trajectories: the first `steps x batch x accumulation` of the stage's own selection from
+data/sft/train.jsonl (`select_examples`), in the trainer's shuffled order (seeded: the same in both). Only
+`shared_prefix` differs. Runs alternate (`--repeats`, each side first once), so slow drift of the machine
+falls on both; a fresh trainer per run, the model loaded each time (its load is timed apart). A step's
+seconds run from one `on_step_end` to the next (the first from `on_train_begin`). Reported: seconds per step
+per run and their median per side, the ratio (shared / plain), the tokens each side ran through the model
+(an embedding hook counts them), the final loss of each run (equal up to float rounding: the gradients are
+the same, tests check), peak RSS per run (Linux VmHWM, reset before each run).
+
+    .venv/bin/python bench/bench_sft.py --steps 4 --repeats 2 --out reports/bench/sft.json
+    .venv/bin/python bench/bench_sft.py --model tiny --steps 2 --repeats 1     # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
+    sys.path.insert(0, str(REPO))
+
+from bench_grpo import _reset_peak_rss, _vm_hwm_mb, git_commit  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+
+from pipeline import machine  # noqa: E402
+from pipeline.params import load_params  # noqa: E402
+from sqlenv.dtype import choose_dtype  # noqa: E402
+
+
+class StepClock(TrainerCallback):
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._last = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        self.seconds.append(now - self._last)
+        self._last = now
+
+
+def records_for(data: Path, tiny_root: Path | None, sft: dict[str, Any], seed: int, n: int) -> tuple[list[dict], str]:
+    """The stage's selection's first `n` trajectories (data/sft/train.jsonl), else a small synthetic world's."""
+    from sqlenv.train.sft import select_examples
+
+    path = data / "sft" / "train.jsonl"
+    if path.is_file():
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        label = str(path)
+    else:
+        from sqlenv.data.questions import build_questions
+        from sqlenv.data.sft_data import SFTDataConfig, build_sft_data
+        from sqlenv.env.environment import EnvConfig
+
+        built = build_questions(tiny_root, seed=0, source="synthetic", domains=["retail"], databases_per_domain=1, questions_per_db=30)
+        records = build_sft_data(built.questions, tiny_root, EnvConfig(), SFTDataConfig()).records
+        label = "synthetic:retail x 30"
+    chosen = select_examples(records, sft["max_examples"], seed)[:n]
+    if len(chosen) < n:
+        raise ValueError(f"{label} holds {len(chosen)} trajectories, the run needs {n}")
+    return chosen, label
+
+
+def measure(records: list[dict], model: str, config: Any) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from sqlenv.provenance import chat_template_kwargs
+    from sqlenv.train.sft import build_dataset, build_trainer
+    from sqlenv.train.trl_patches import compact_lm_head
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    dataset, stats = build_dataset(records, tokenizer, config.max_length, chat_template_kwargs(model))
+    clock, tokens = StepClock(), []
+    reset = _reset_peak_rss()
+    out = Path(tempfile.mkdtemp(prefix="bench-sft-"))
+    t0 = time.perf_counter()
+    trainer = build_trainer(model, dataset, config, out, callbacks=[clock])
+    build_s = time.perf_counter() - t0
+    trainer.model.get_input_embeddings().register_forward_pre_hook(lambda m, a: tokens.append(a[0].numel()))
+    with compact_lm_head(), contextlib.redirect_stdout(sys.stderr):
+        output = trainer.train()
+    result = {
+        "shared_prefix": config.shared_prefix,
+        "prefix_tokens": len(getattr(trainer, "_prefix_ids", [])),
+        "build_s": round(build_s, 2),
+        "seconds_per_step": [round(s, 3) for s in clock.seconds],
+        "seconds_per_step_mean": statistics.fmean(clock.seconds),
+        "tokens_run": sum(tokens),
+        "trajectory_tokens": stats.tokens,
+        "train_loss": output.training_loss,
+        "peak_rss_mb": _vm_hwm_mb() if reset else None,
+    }
+    del trainer
+    gc.collect()
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="HF model folder, or `tiny` (default: models/base)")
+    parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
+    parser.add_argument("--data", type=Path, default=REPO / "data", help="holds sft/train.jsonl")
+    parser.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per side, alternating")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.repeats < 1:
+        parser.error("--steps and --repeats must be >= 1")
+
+    import torch
+
+    from sqlenv.train.sft import TrainConfig
+
+    params = dataclasses.asdict(load_params(args.params))
+    scratch = Path(tempfile.mkdtemp(prefix="bench-sft-data-"))
+    if args.model == "tiny":
+        from sqlenv.train.tiny_model import build_tiny_model
+
+        model = str(build_tiny_model(Path(tempfile.gettempdir()) / "sqlenv-bench-tiny-float32", dtype="float32"))
+        dtype = choose_dtype("float32", model)
+    else:
+        model = args.model or str(REPO / "models" / "base")
+        dtype = choose_dtype(params["model"]["dtype"], model)
+    sft = dict(params["sft"])
+    per_step = sft["batch_size"] * sft["gradient_accumulation_steps"]
+    records, label = records_for(args.data, scratch, sft, params["seed"], args.steps * per_step)
+    sha, dirty = git_commit()
+    facts = machine.facts()
+    result: dict[str, Any] = {
+        "model": model, "params": str(args.params), "trajectories": label, "steps": args.steps,
+        "repeats": args.repeats, "sequences_per_step": per_step, "git_commit": sha, "git_dirty": dirty,
+        "dtype": dtype.as_dict(), "cpu_model": facts["system/cpu_model"], "nproc": os.cpu_count(), "machine": facts,
+        "torch_threads": torch.get_num_threads(), "python": platform.python_version(), "loadavg_before": os.getloadavg(),
+    }  # fmt: skip
+    runs: list[dict[str, Any]] = []
+    for i in range(args.repeats):
+        for shared in ((True, False) if i % 2 else (False, True)):
+            fields = {**sft, "shared_prefix": shared}
+            config = TrainConfig.from_params(fields, seed=params["seed"], dtype=dtype.dtype, max_steps=args.steps)
+            runs.append(measure(records, model, config))
+    result["loadavg_after"] = os.getloadavg()
+    result["runs"] = runs
+    side = {s: [r for r in runs if r["shared_prefix"] is s] for s in (True, False)}
+    median = {s: statistics.median(r["seconds_per_step_mean"] for r in side[s]) for s in side}
+    result["seconds_per_step_median"] = {"shared_prefix": median[True], "plain": median[False]}
+    result["ratio_shared_over_plain"] = {
+        "seconds_per_step": median[True] / median[False],
+        "tokens_run": side[True][0]["tokens_run"] / side[False][0]["tokens_run"],
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n", encoding="utf-8")
+    return result
+
+
+if __name__ == "__main__":
+    main()
