@@ -144,8 +144,23 @@ class StepClock(TrainerCallback):
     def __init__(self) -> None:
         self.trainer = None
         self.seconds: list[float] = []
+        self.generation: list[float] = []  # per step: seconds in `_generate_and_score_completions`
         self.question_ids: list[list[str]] = []
         self._last = 0.0
+        self._generating = 0.0
+
+    def time_generation(self, trainer) -> None:
+        """Count the seconds the trainer spends generating and scoring (an instance attribute over its method)."""
+        method = trainer._generate_and_score_completions
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._generating += time.perf_counter() - t0
+
+        trainer._generate_and_score_completions = timed
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._last = time.perf_counter()
@@ -153,7 +168,8 @@ class StepClock(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         now = time.perf_counter()
         self.seconds.append(now - self._last)
-        self._last = now
+        self.generation.append(round(self._generating, 3))
+        self._last, self._generating = now, 0.0
         # `_logs` deques hold generation_batch_size entries: exactly this step's generation.
         self.question_ids.append([str(q) for q in self.trainer._logs["extra"].get("question_id", [])])
         control.should_save = False  # set by DefaultFlowCallback, which runs before us
@@ -205,6 +221,7 @@ def measure(params: Mapping[str, Any], *, model: str, questions: Path, db_dir: P
         trainer = build_trainer(settings, model_path=model, questions_file=questions, db_dir=db_dir,
                                 checkpoint_dir=ckpt, callbacks=[clock])  # fmt: skip
         clock.trainer = trainer
+        clock.time_generation(trainer)
         build_s = time.perf_counter() - t0
         # transformers prints each log entry to stdout: keep stdout for the JSON.
         with compact_lm_head(), contextlib.redirect_stdout(sys.stderr):
@@ -227,6 +244,10 @@ def measure(params: Mapping[str, Any], *, model: str, questions: Path, db_dir: P
         "max_completion_length": settings.max_completion_length,
         "build_s": round(build_s, 2),
         "seconds_per_step": clock.seconds,
+        # Of each step: generating and scoring its rollouts (TRL's `_generate_and_score_completions`: the turns,
+        # the tools, the rewards, the reference pass when beta > 0), and the rest (the loss's passes, the optimizer).
+        "generation_s_per_step": clock.generation,
+        "training_s_per_step": [round(s - g, 3) for s, g in zip(clock.seconds, clock.generation)],
         "seconds_per_step_mean": total_s / steps,
         # The first step of a trainer also pays first-call costs (kernels for new shapes: seconds even for
         # the tiny model), which a phase pays once too; the later steps show the steady state.

@@ -56,6 +56,9 @@ def test_bench_measures_both_configs_and_derives_ratios(tmp_path):
         assert run["rollouts_per_min"] == pytest.approx(4 / minutes)
         assert run["distinct_questions_per_min"] == pytest.approx(questions / minutes)
         assert run["peak_rss_mb"] is None or run["peak_rss_mb"] > 0
+        # each step split into generating + scoring its rollouts and the rest (loss passes, optimizer)
+        assert len(run["generation_s_per_step"]) == 1 and 0 < run["generation_s_per_step"][0] < run["seconds_per_step"][0]
+        assert run["training_s_per_step"][0] == pytest.approx(run["seconds_per_step"][0] - run["generation_s_per_step"][0], abs=1e-3)
 
     ratio = result["ratio_default_over_baseline"]
     assert ratio["rollouts_per_min"] == pytest.approx(base["seconds_per_step_mean"] / default["seconds_per_step_mean"])

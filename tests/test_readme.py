@@ -59,7 +59,9 @@ def test_the_block_reads_a_report_rendered_today():
     block = results_block(fresh)
     headline = report.split("## Headline\n", 1)[1].strip().splitlines()[0]
     assert headline.startswith("**grpo_phase2 vs sft on n200**") and headline in block
-    assert "| n200 | sft | 200 | 47.5 % [" in block and "#### Accuracy by hardness" not in block
+    sft = json.loads((ROOT / "reports/eval/sft_n200/metrics.json").read_text())
+    assert f"| n200 | sft | 200 | {100 * sft['metrics']['accuracy']:.1f} % [" in block  # the committed result's row
+    assert "#### Accuracy by hardness" not in block
     assert "#### Cost per stage" in block
 
 
