@@ -33,8 +33,13 @@ run: $(VENV)/.model
 	dvc exp run -n run-$$(date +%Y%m%d-%H%M%S)
 	python -m pipeline.readme
 
+# Tests run in parallel worker processes (pytest-xdist), one per CPU by default: most of a test's time
+# is Python (imports, subprocesses, the smoke DAG's stage processes), not torch's threads.
+# TEST_WORKERS=0 runs them in this process, one after another.
+TEST_WORKERS ?= auto
+
 test: $(VENV)/.deps
-	pytest -q
+	pytest -q -n $(TEST_WORKERS)
 
 # The whole DAG with a tiny random model in a throw-away copy (also part of `make test`).
 smoke: $(VENV)/.deps

@@ -147,3 +147,9 @@ def tiny_models(tmp_path_factory) -> TinyModels:
 def template_variant(request) -> str:
     """Parametrizes a test over the chat-template variants (`TEMPLATE_VARIANTS`)."""
     return request.param
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The smoke DAG (minutes, one test) first: under `make test`'s parallel workers it then runs beside
+    all the rest instead of after them."""
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/test_smoke_dag.py"))
