@@ -38,7 +38,6 @@ and mixed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sqlite3
 import statistics
@@ -52,6 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
+from pipeline.io import print_json  # noqa: E402
 from sqlenv.data.spider import load_spider  # noqa: E402
 from sqlenv.env.environment import EnvConfig, SQLEnv, _potential  # noqa: E402
 from sqlenv.env.sandbox import quote_identifier  # noqa: E402
@@ -279,11 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_env: no Spider data at {args.spider_dir}", file=sys.stderr)
         return 2
     report = run(args.spider_dir, max(1, args.rounds))
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    print_json(report, args.out)
     return 0
 
 

@@ -67,6 +67,7 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere, package in
 from transformers import TrainerCallback  # noqa: E402
 
 from pipeline import machine  # noqa: E402
+from pipeline.io import print_json  # noqa: E402
 from pipeline.params import load_params  # noqa: E402
 from sqlenv.dtype import choose_dtype  # noqa: E402
 
@@ -370,11 +371,7 @@ def main(argv: list[str] | None = None) -> dict:
     for other in ("baseline", "no_shared_prefix"):
         if {"default", other} <= set(configs):
             result[f"ratio_default_over_{other}"] = ratios(configs, other)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
+    print_json(result, args.out)
     return result
 
 

@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
+from pipeline.io import print_json  # noqa: E402
 from sqlenv.env.environment import EnvConfig  # noqa: E402
 from sqlenv.types import Question  # noqa: E402
 
@@ -138,11 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
         uncached, t_unc = timed_run(model, tokenizer, questions, args.batch_size, reuse_cache=False, **common)
         result["batched_uncached"] = summary(uncached, t_unc)
         result["cache_ratio"] = result["batched"]["episodes_per_s"] / result["batched_uncached"]["episodes_per_s"]
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
+    print_json(result, args.out)
     return result
 
 

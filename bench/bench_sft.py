@@ -40,6 +40,7 @@ from bench_grpo import _reset_peak_rss, _vm_hwm_mb, git_commit  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from pipeline import machine  # noqa: E402
+from pipeline.io import print_json  # noqa: E402
 from pipeline.params import load_params  # noqa: E402
 from sqlenv.dtype import choose_dtype  # noqa: E402
 
@@ -166,11 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds_per_step": median[True] / median[False],
         "tokens_run": side[True][0]["tokens_run"] / side[False][0]["tokens_run"],
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
+    print_json(result, args.out)
     return result
 
 

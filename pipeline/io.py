@@ -46,6 +46,14 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return atomic_write_text(path, to_json(obj))
 
 
+def print_json(obj: Any, out: str | os.PathLike[str] | None = None) -> None:
+    """Print `obj` as indented JSON (a benchmark's result) and, given `out`, also write it there atomically."""
+    text = json.dumps(obj, indent=2)
+    print(text)
+    if out is not None:
+        atomic_write_text(out, text + "\n")
+
+
 def atomic_write_jsonl(path: str | os.PathLike[str], records: Iterable[Any]) -> Path:
     """One JSON object per line, keys sorted, so equal records give byte-identical files."""
     lines = [json.dumps(r, sort_keys=True, ensure_ascii=False, default=str) + "\n" for r in records]
