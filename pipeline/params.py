@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -194,13 +195,31 @@ def params_path() -> Path:
     return Path(os.environ.get("SQLENV_PARAMS", Path.cwd() / "params.yaml"))
 
 
+class _Yaml12Floats(yaml.SafeLoader):
+    """PyYAML's safe loader, reading floats as YAML 1.2 does.
+
+    PyYAML follows YAML 1.1, where a float needs a dot: `1e-05` is the *string* "1e-05". DVC writes
+    params.yaml through ruamel (YAML 1.2), and `dvc exp run -S grpo_phase1.learning_rate=0.00001`
+    writes exactly `1e-05`; read as a string, the sweep failed its own type check.
+    """
+
+
+_Yaml12Floats.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789."))
+
+
+def read_yaml(text: str) -> Any:
+    """Parse params YAML (params.yaml, an overlay) with YAML 1.2 floats, as DVC writes them."""
+    return yaml.load(text, Loader=_Yaml12Floats)  # a SafeLoader subclass: safe
+
+
 def load_params(path: str | os.PathLike[str] | None = None) -> Params:
     """Read and validate params.yaml (default: ./params.yaml, or $SQLENV_PARAMS)."""
     p = Path(path) if path is not None else params_path()
     if not p.is_file():
         raise ParamsError(f"params file not found: {p}")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = read_yaml(p.read_text())
     except yaml.YAMLError as e:
         raise ParamsError(f"{p}: not valid YAML: {e}") from e
     if not isinstance(raw, dict):

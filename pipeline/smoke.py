@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.params import load_params, repo_root
+from pipeline.params import load_params, read_yaml, repo_root
 
 
 def deep_update(base: dict, overrides: dict) -> dict:
@@ -70,8 +70,7 @@ def run_smoke(workdir: Path, tracking_uri: str | None = None, remote: Path | Non
     root = repo_root()
     copy_repo(root, workdir)
     tiny = build_tiny_model(workdir / ".smoke" / "tiny-base")
-    params = deep_update(yaml.safe_load((root / "params.yaml").read_text()),
-                         yaml.safe_load((root / "params-smoke.yaml").read_text()))
+    params = deep_update(read_yaml((root / "params.yaml").read_text()), read_yaml((root / "params-smoke.yaml").read_text()))
     params["model"]["base"] = str(tiny)
     (workdir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     load_params(workdir / "params.yaml")  # the overlay must itself be valid params

@@ -78,3 +78,25 @@ def test_int_accepted_for_float_and_flatten_hash():
     assert flat["env.step_budget"] == p.env.step_budget
     assert params_hash(d) == params_hash(dict(reversed(list(d.items()))))
     assert params_hash(d) != params_hash({**d, "seed": d["seed"] + 1})
+
+
+def test_yaml_1_2_floats_read_as_numbers():
+    """PyYAML (YAML 1.1) reads `1e-05` as a string; params read it as YAML 1.2 does. Quoted stays a string."""
+    from pipeline.params import read_yaml
+
+    doc = read_yaml("a: 1e-05\nb: 8\nc: 2.5\nd: '1e-05'\ne: 1.0e+3\nf: -2E4\ng: v1e5\n")
+    assert doc == {"a": 1e-05, "b": 8, "c": 2.5, "d": "1e-05", "e": 1000.0, "f": -20000.0, "g": "v1e5"}
+    assert isinstance(doc["b"], int)
+
+
+def test_a_dvc_sweep_value_loads_as_a_number(tmp_path):
+    """`dvc exp run -S grpo_phase1.learning_rate=0.00001` rewrites params.yaml through DVC's own override code, which
+    writes `1e-05`: the stages must read a number (they failed with "must be a number, got '1e-05'")."""
+    from dvc.utils.hydra import apply_overrides
+
+    path = tmp_path / "params.yaml"
+    path.write_text((REPO / "params.yaml").read_text())
+    apply_overrides(path, ["grpo_phase1.learning_rate=0.00001", "grpo_phase2.learning_rate=0.000006"])
+    assert "learning_rate: 1e-05" in path.read_text()  # DVC's spelling, a string to a YAML 1.1 reader
+    p = load_params(path)
+    assert (p.grpo_phase1.learning_rate, p.grpo_phase2.learning_rate) == (1e-05, 6e-06)
