@@ -1,7 +1,10 @@
 """Episode throughput of the runner: batched (rolling pool, KV caches) against one episode at a time.
 
 Both sides are the same `sqlenv.eval.rollout.run_episodes` on the same model, questions and settings, with
-greedy decoding; only `batch_size` differs (1 for the baseline). The ratio of episodes/s is the number
+greedy decoding; only `batch_size` differs (1 for the baseline). `--turns` also times the batch that waits
+for its longest turn (the runner before continuous batching: `ModelGenerator.generate_some` off, the same
+batch size): `continuous_ratio` is what handing the batch back early buys. `--skip-sequential` leaves out
+the one-at-a-time side (about 14x the batched time at N=50 on the 2-core CPU). The ratio of episodes/s is the number
 to watch (target >= 4x at N=50 with the 0.5B model on the 2-core CPU); absolute figures depend on the
 machine's load, which is recorded. Verdict agreement between the two runs is reported too (bf16 numerics
 may differ a little between batch shapes; fp32 tests demand identical tokens).
@@ -11,6 +14,9 @@ data/questions/n50.jsonl (databases in data/databases) if present, else the Spid
 loader keeps (/work/shared/spider, overridable with SQLENV_SPIDER_DIR), else the test fixture database.
 
     .venv/bin/python bench/bench_rollout.py --n 8 --max-new-tokens 48 --max-turns 4 --out reports/bench/rollout.json
+    # an evaluation stage's own shape (evaluate@sft_n200): its model, questions, batch and token budget
+    .venv/bin/python bench/bench_rollout.py --model models/sft --questions data/questions/n200.jsonl --n 200 \
+        --batch-size 50 --max-new-tokens 768 --max-total-tokens 768 --turns --skip-sequential
 """
 
 from __future__ import annotations
@@ -34,12 +40,15 @@ from sqlenv.types import Question  # noqa: E402
 DEFAULT_SPIDER = Path(os.environ.get("SQLENV_SPIDER_DIR", REPO.parent / "shared" / "spider"))
 
 
-def load_questions(n: int) -> tuple[list[Question], Path, str]:
-    """The first n questions of the default source (see the module docstring), their db_dir and a label."""
-    n50 = REPO / "data" / "questions" / "n50.jsonl"
+def load_questions(n: int, path: Path | None = None, db_dir: Path | None = None) -> tuple[list[Question], Path, str]:
+    """The first n questions of `path` (a questions JSONL; databases in `db_dir`, default data/databases)
+    or of the default source (see the module docstring), their db_dir and a label."""
+    n50 = path or REPO / "data" / "questions" / "n50.jsonl"
+    if path is not None and not path.is_file():
+        sys.exit(f"bench_rollout: no questions file {path}")
     if n50.is_file():
         lines = [line for line in n50.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return [Question.from_dict(json.loads(line)) for line in lines][:n], REPO / "data" / "databases", str(n50)
+        return [Question.from_dict(json.loads(line)) for line in lines][:n], db_dir or REPO / "data" / "databases", str(n50)
     if (DEFAULT_SPIDER / "dev.json").is_file():
         from sqlenv.data.spider import load_spider
 
@@ -100,12 +109,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-turns", type=int, default=None, help="default: the env step budget")
     parser.add_argument("--max-total-tokens", type=int, default=4096)
     parser.add_argument("--uncached", action="store_true", help="also time batched without KV-cache reuse")
+    parser.add_argument("--turns", action="store_true", help="also time the batch that waits for its longest turn")
+    parser.add_argument("--skip-sequential", action="store_true", help="leave out one episode at a time")
+    parser.add_argument("--questions", type=Path, default=None, help="a questions JSONL (default: see above)")
+    parser.add_argument("--db-dir", type=Path, default=None, help="its databases (default: data/databases)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
     import torch
+    from bench_grpo import git_commit
 
-    questions, db_dir, source = load_questions(args.n)
+    from pipeline import machine
+    from sqlenv.decode import ModelGenerator
+
+    questions, db_dir, source = load_questions(args.n, args.questions, args.db_dir)
     model, tokenizer, spec = load_model(args.model, args.dtype)
     common = dict(
         db_dir=db_dir,
@@ -114,12 +131,18 @@ def main(argv: list[str] | None = None) -> dict:
         max_new_tokens_per_turn=args.max_new_tokens,
         max_total_tokens=args.max_total_tokens,
     )
+    sha, dirty = git_commit()
+    facts = machine.facts()
     load_before = os.getloadavg()
     timed_run(model, tokenizer, questions[:1], 1, **{**common, "max_turns": 1})  # warm-up: first-call costs
-    sequential, t_seq = timed_run(model, tokenizer, questions, 1, **common)
     batched, t_bat = timed_run(model, tokenizer, questions, args.batch_size, **common)
     result = {
         "model": spec,
+        "git_commit": sha,
+        "git_dirty": dirty,
+        "cpu_model": facts["system/cpu_model"],
+        "nproc": os.cpu_count(),
+        "machine": facts,
         "dtype": args.dtype,
         "questions": source,
         "n": len(questions),
@@ -128,17 +151,34 @@ def main(argv: list[str] | None = None) -> dict:
         "max_turns": args.max_turns,
         "torch_threads": torch.get_num_threads(),
         "loadavg_before": load_before,
-        "loadavg_after": os.getloadavg(),
-        "sequential": summary(sequential, t_seq),
         "batched": summary(batched, t_bat),
-        "verdict_agreement": sum(a.correct == b.correct for a, b in zip(sequential, batched)) / len(questions),
-        "transcript_agreement": sum(a.messages == b.messages for a, b in zip(sequential, batched)) / len(questions),
     }
-    result["ratio"] = result["batched"]["episodes_per_s"] / result["sequential"]["episodes_per_s"]
+
+    def agreement(records, prefix: str = "") -> None:
+        """Shares of questions whose verdict / transcript `records` give as the batched side does."""
+        result[f"{prefix}verdict_agreement"] = sum(a.correct == b.correct for a, b in zip(records, batched)) / len(questions)
+        result[f"{prefix}transcript_agreement"] = sum(a.messages == b.messages for a, b in zip(records, batched)) / len(questions)
+
+    if not args.skip_sequential:
+        sequential, t_seq = timed_run(model, tokenizer, questions, 1, **common)
+        result["sequential"] = summary(sequential, t_seq)
+        agreement(sequential)
+        result["ratio"] = result["batched"]["episodes_per_s"] / result["sequential"]["episodes_per_s"]
+    if args.turns:
+        generate_some = ModelGenerator.generate_some
+        ModelGenerator.generate_some = None  # play_episodes then asks for whole turns (`generate`)
+        try:
+            turns, t_turns = timed_run(model, tokenizer, questions, args.batch_size, **common)
+        finally:
+            ModelGenerator.generate_some = generate_some
+        result["batched_turns"] = summary(turns, t_turns)
+        agreement(turns, "turns_")
+        result["continuous_ratio"] = result["batched"]["episodes_per_s"] / result["batched_turns"]["episodes_per_s"]
     if args.uncached:
         uncached, t_unc = timed_run(model, tokenizer, questions, args.batch_size, reuse_cache=False, **common)
         result["batched_uncached"] = summary(uncached, t_unc)
         result["cache_ratio"] = result["batched"]["episodes_per_s"] / result["batched_uncached"]["episodes_per_s"]
+    result["loadavg_after"] = os.getloadavg()
     print_json(result, args.out)
     return result
 

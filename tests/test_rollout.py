@@ -599,6 +599,77 @@ def test_stopped_rows_leave_the_batch_and_the_others_decode_unchanged(chaotic_mo
     assert len(steps) == max(len(e) for e in expected)  # no forward after the last row stopped
 
 
+def test_a_batch_handed_back_early_goes_on_where_it_was(chaotic_model, tokenizer, concert_db_dir):
+    """`generate_some` returns once enough rows have stopped; the others, asked again with their context +
+    the tokens they have and the budget left, end with the tokens one uninterrupted `generate` gives."""
+    contexts = _prompt_contexts(tokenizer, concert_db_dir)
+    never = [-1]
+    with torch.no_grad():
+        free = ModelGenerator(chaotic_model, GenerationSettings(), never, tokenizer.pad_token_id).generate(
+            [0, 1, 2], contexts, [12, 12, 12])
+    stops = [free[1][3]]  # row 1 stops after 4 tokens (or earlier); the others run on
+    budgets = [12, 12, 12]
+    with torch.no_grad():
+        whole = ModelGenerator(chaotic_model, GenerationSettings(), stops, tokenizer.pad_token_id).generate(
+            [0, 1, 2], contexts, budgets)
+        gen = ModelGenerator(chaotic_model, GenerationSettings(), stops, tokenizer.pad_token_id)
+        for key, ctx in enumerate(contexts):
+            gen.start(key, ctx)
+        first, stopped = gen.generate_some([0, 1, 2], contexts, budgets, min_stopped=1)
+        assert stopped[1] and first[1] == whole[1]
+        going = [k for k in range(3) if not stopped[k]]
+        assert going and all(len(first[k]) < len(whole[k]) for k in going)  # handed back mid-turn
+        rest, done = gen.generate_some(going, [contexts[k] + first[k] for k in going],
+                                       [budgets[k] - len(first[k]) for k in going], min_stopped=len(going))
+    assert all(done)
+    assert [first[k] + r for k, r in zip(going, rest)] == [whole[k] for k in going]
+
+
+def test_episodes_whose_turn_ended_do_not_wait_for_the_longest_turn(chaotic_model, tokenizer, concert_db_dir,
+                                                                    monkeypatch):
+    """Continuous batching: turns of different lengths (stop tokens the random model does emit), episodes
+    of several turns. Handing the batch back once a quarter of it has stopped changes no token of any
+    episode against one episode at a time, and takes fewer decode steps than a batch that waits for its
+    longest turn (the runner before: `generate` only)."""
+    import sqlenv.decode as decode
+    import sqlenv.eval.rollout as rollout
+
+    def every_turn_a_call(tokenizer, completion, prefix, tools, parser="strict"):
+        content = tokenizer.decode(completion, skip_special_tokens=True)
+        call = {"type": "function", "function": {"name": "describe", "arguments": {"table_name": "singer"}}}
+        return {"role": "assistant", "content": content, "tool_calls": [call]}, False, False
+
+    contexts = _prompt_contexts(tokenizer, concert_db_dir)
+    with torch.no_grad():
+        free = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id).generate(
+            [0, 1, 2], contexts, [16, 16, 16])
+    monkeypatch.setattr(rollout, "parse_turn", every_turn_a_call)
+    monkeypatch.setattr(rollout, "generation_eos_ids", lambda model, tok: sorted({free[0][2], free[1][5]}))
+    questions = list(QUESTIONS) * 3
+    common = dict(db_dir=concert_db_dir, env_config=EnvConfig(step_budget=4), max_new_tokens_per_turn=16,
+                  progress=False)
+
+    def played(batch_size: int, early: bool = True):
+        steps = []  # the model's own forwards are the decode steps (prefills run the backbone alone)
+        with monkeypatch.context() as patch:
+            if not early:
+                patch.setattr(decode.ModelGenerator, "generate_some", None)
+            hook = chaotic_model.register_forward_pre_hook(lambda *_: steps.append(1))
+            try:
+                records = run_episodes(chaotic_model, tokenizer, questions, batch_size=batch_size, **common)
+            finally:
+                hook.remove()
+        return [r.to_dict() for r in records], len(steps)
+
+    alone, _ = played(1)
+    continuous, continuous_steps = played(6)
+    waiting, waiting_steps = played(6, early=False)
+    lengths = {len(m["content"]) for r in alone for m in r["messages"] if m["role"] == "assistant"}
+    assert len(lengths) >= 3  # turns really end at different lengths
+    assert continuous == alone and waiting == alone
+    assert continuous_steps < waiting_steps
+
+
 def test_decode_steps_write_the_cache_in_place(chaotic_model, tokenizer, concert_db_dir):
     """Every decode step of a turn writes its keys/values into the buffers reserved at the turn's start
     (`reserved_cache`): transformers' DynamicLayer would copy the whole cache into a new tensor every step."""

@@ -53,7 +53,9 @@ Batching: a rolling pool of `batch_size` episodes; each turn, the next completio
 episode comes from ONE batched generation (`sqlenv.decode.ModelGenerator`, which keeps each
 episode's key/value cache between turns; or, with `backend="vllm"`, one `vllm.LLM.generate` through
 `sqlenv.eval.vllm_backend.VLLMGenerator`), then tools run, then finished episodes leave and queued ones
-take their slots.
+take their slots. With `ModelGenerator` the batch is handed back once a quarter of it has ended its turn
+(continuous batching): an episode's next turn does not wait for the longest turn of the batch, and the
+tokens are the ones a whole-turn batch (or one episode at a time) gives.
 """
 
 from __future__ import annotations
@@ -373,7 +375,10 @@ def play_episodes(
     """The episode loop of `run_episodes` over any `TurnGenerator`; records come back in question order.
 
     A rolling pool: up to `batch_size` episodes run at once, each turn is one `generator.generate` call
-    over all of them, finished episodes leave and queued ones take their place.
+    over all of them, finished episodes leave and queued ones take their place. A generator that can hand
+    a batch back early (`ModelGenerator.generate_some`) is asked to once a quarter of its rows have ended
+    their turn: those episodes run their tools, queued ones start, and the rest go on from the tokens they
+    have, all in the next batch (continuous batching: the same tokens, fewer decode steps).
     """
     from tqdm.auto import tqdm
 
@@ -387,9 +392,11 @@ def play_episodes(
     kwargs = chat_template_kwargs or {}
     max_positions = max_positions or 10**9
 
+    generate_some = getattr(generator, "generate_some", None)
     episodes: dict[int, Episode] = {}
-    contexts: dict[int, list[int]] = {}
+    contexts: dict[int, list[int]] = {}  # the episode's context, with the current turn's tokens so far
     prompt_len: dict[int, int] = {}
+    turn_start: dict[int, int] = {}  # length of the context the current turn continues
     tokens: dict[int, int] = {}
     results: list[EpisodeRecord | None] = [None] * len(questions)
     queue = deque(range(len(questions)))
@@ -406,17 +413,27 @@ def play_episodes(
                     max_turns=max_turns,
                 )
                 ids = prompt_token_ids(tokenizer, episode.messages, episode.tools, template, kwargs)
-                episodes[key], contexts[key], prompt_len[key], tokens[key] = episode, ids, len(ids), 0
+                episodes[key], contexts[key], prompt_len[key], turn_start[key], tokens[key] = (
+                    episode, ids, len(ids), len(ids), 0)  # fmt: skip
                 generator.start(key, ids)
                 running.append(key)
             # Each completion fits the turn's and the episode's token budget (TRL: max_completion_length).
-            used = [len(contexts[k]) - prompt_len[k] for k in running]
-            budgets = [min(per_turn, max_total_tokens - u) for u in used]
-            completions = generator.generate(running, [contexts[k] for k in running], budgets)
+            budgets = [min(per_turn - (len(contexts[k]) - turn_start[k]), max_total_tokens - (len(contexts[k]) - prompt_len[k]))
+                       for k in running]  # fmt: skip
+            batch = [contexts[k] for k in running]
+            if generate_some is None:
+                completions, stopped = generator.generate(running, batch, budgets), [True] * len(running)
+            else:
+                completions, stopped = generate_some(running, batch, budgets, min_stopped=-(-len(running) // 4))
             still = []
-            for key, completion in zip(running, completions):
-                episode, context = episodes[key], contexts[key]
+            for key, completion, turn_over in zip(running, completions, stopped):
                 tokens[key] += len(completion)
+                if not turn_over:  # goes on in the next batch
+                    contexts[key] = contexts[key] + completion
+                    still.append(key)
+                    continue
+                episode, context = episodes[key], contexts[key][: turn_start[key]]
+                completion = contexts[key][turn_start[key] :] + completion
                 parsed, strict, lenient = parse_turn(tokenizer, completion, context, episode.tools, parser)
                 tool_messages = episode.apply_turn(parsed, strict, lenient)
                 if not episode.done:
@@ -426,11 +443,11 @@ def play_episodes(
                     elif len(ids) >= max_positions:
                         episode.end("context length")
                     else:
-                        contexts[key] = ids
+                        contexts[key], turn_start[key] = ids, len(ids)
                 if episode.done:
                     results[key] = episode.to_record(tokens=tokens[key])
                     generator.finish(key)
-                    for store in (episodes, contexts, prompt_len, tokens):
+                    for store in (episodes, contexts, prompt_len, turn_start, tokens):
                         del store[key]
                     bar.update(1)
                 else:

@@ -1,0 +1,46 @@
+"""Guards bench/bench_rollout.py: every side plays the same episodes, the JSON holds what the README quotes and
+says where it was measured, and timing the whole-turn batch leaves the runner's continuous batching on."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from sqlenv.decode import ModelGenerator
+from sqlenv.train.tiny_model import build_tiny_model
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_bench():
+    sys.path.insert(0, str(REPO / "bench"))  # bench_rollout imports bench_grpo's helpers, as a script would
+    spec = importlib.util.spec_from_file_location("bench_rollout", REPO / "bench" / "bench_rollout.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_plays_the_same_episodes_on_every_side(tmp_path):
+    bench = load_bench()
+    tiny = build_tiny_model(tmp_path / "tiny")
+    out = tmp_path / "rollout.json"
+    result = bench.main(["--model", str(tiny), "--dtype", "float32", "--n", "3", "--batch-size", "2",
+                         "--max-new-tokens", "8", "--max-turns", "2", "--turns", "--out", str(out)])  # fmt: skip
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    for key in ("git_commit", "cpu_model", "nproc", "torch_threads", "loadavg_before", "loadavg_after",
+                "sequential", "batched", "batched_turns", "ratio", "continuous_ratio"):  # fmt: skip
+        assert key in result, key
+    assert result["n"] == 3 and result["batched"]["generated_tokens"] > 0
+    # fp32: greedy tokens do not depend on the batch, so every side plays the very same episodes
+    assert result["transcript_agreement"] == result["turns_transcript_agreement"] == 1.0
+    assert ModelGenerator.generate_some is not None  # restored after the whole-turn side
+
+
+def test_bench_refuses_a_missing_questions_file(tmp_path):
+    bench = load_bench()
+    try:
+        bench.main(["--questions", str(tmp_path / "none.jsonl")])
+    except SystemExit as exc:
+        assert "no questions file" in str(exc.code)
+    else:
+        raise AssertionError("a missing questions file must fail")
