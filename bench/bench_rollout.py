@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-new-tokens", type=int, default=96, help="per turn")
     parser.add_argument("--max-turns", type=int, default=None, help="default: the env step budget")
     parser.add_argument("--max-total-tokens", type=int, default=4096)
+    parser.add_argument("--parser", default="strict", choices=["strict", "lenient"],
+                        help="how calls are read (the base policies' evaluations: lenient)")
     parser.add_argument("--uncached", action="store_true", help="also time batched without KV-cache reuse")
     parser.add_argument("--turns", action="store_true", help="also time the batch that waits for its longest turn")
     parser.add_argument("--skip-sequential", action="store_true", help="leave out one episode at a time")
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
         max_turns=args.max_turns,
         max_new_tokens_per_turn=args.max_new_tokens,
         max_total_tokens=args.max_total_tokens,
+        parser=args.parser,
     )
     sha, dirty = git_commit()
     facts = machine.facts()
@@ -149,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
         "batch_size": args.batch_size,
         "max_new_tokens_per_turn": args.max_new_tokens,
         "max_turns": args.max_turns,
+        "parser": args.parser,
         "torch_threads": torch.get_num_threads(),
         "loadavg_before": load_before,
         "batched": summary(batched, t_bat),
