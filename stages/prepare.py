@@ -10,11 +10,12 @@ oracle through the real environment and accepted by the verifier.
 from __future__ import annotations
 
 import logging
+import time
 
 import mlflow
 import pandas as pd
 
-from pipeline import paths
+from pipeline import machine, paths
 from pipeline.io import atomic_dir, atomic_write_json, atomic_write_jsonl
 from pipeline.params import load_params, section_dict
 from pipeline.stage import run_stage
@@ -34,6 +35,7 @@ def main() -> None:
     if by_file and not (params.data.source == "spider" and params.data.spider_train_questions):
         raise ValueError("data.split: by_file needs data.source: spider and data.spider_train_questions (Spider's protocol)")
     with stage_run(STAGE, read):
+        start = time.perf_counter()
         with atomic_dir(paths.DATABASES) as db_tmp, atomic_dir(paths.QUESTIONS) as q_tmp:
             built = build_questions(
                 db_tmp,
@@ -76,6 +78,8 @@ def main() -> None:
             "split": params.data.split,
             "domains": {"train": split.train_domains, "eval": split.eval_domains},
             "databases": {"train": split.train_databases, "eval": split.eval_databases},
+            "wall_time_s": round(time.perf_counter() - start, 1),
+            "system": machine.summary(),
         }
         atomic_write_json(paths.metrics_file(STAGE), metrics)
         log_metrics({k: metrics[k] for k in ("candidates", "verified", "oracle_verification_rate", "dropped", "splits")})

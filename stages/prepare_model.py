@@ -15,7 +15,7 @@ import time
 
 import mlflow
 
-from pipeline import paths
+from pipeline import machine, paths
 from pipeline.io import atomic_write_json
 from pipeline.params import load_params, section_dict
 from pipeline.stage import run_stage
@@ -56,6 +56,7 @@ def main() -> None:
             "untrained_tokens": prov.get("untrained_tokens", {}),
             "size_bytes": prov.get("size_bytes"),
             "wall_s": round(time.monotonic() - t0, 1),
+            "system": machine.summary(),  # peak RSS: this process and the conversion it waited for
             "conversion": prov.get("conversion"),  # wall time and peak memory (kept out of the DVC out)
         }
         atomic_write_json(paths.metrics_file(STAGE), metrics)

@@ -11,11 +11,12 @@ the verifier; see `sqlenv.data.sft_data` for the three kinds.
 from __future__ import annotations
 
 import logging
+import time
 
 import mlflow
 import pandas as pd
 
-from pipeline import paths
+from pipeline import machine, paths
 from pipeline.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from pipeline.params import load_params, section_dict
 from pipeline.stage import run_stage
@@ -33,6 +34,7 @@ def main() -> None:
     params = load_params()
     read = section_dict(params, "seed", "sft_data", "env")
     with stage_run(STAGE, read):
+        start = time.perf_counter()
         questions = [Question.from_dict(r) for r in read_jsonl(paths.questions_file("train"))]
         config = SFTDataConfig(
             error_recovery_fraction=params.sft_data.error_recovery_fraction,
@@ -46,6 +48,7 @@ def main() -> None:
         atomic_write_jsonl(OUT, result.records)
 
         metrics = summarize(result, candidates=len(questions))
+        metrics.update(wall_time_s=round(time.perf_counter() - start, 1), system=machine.summary())
         atomic_write_json(paths.metrics_file(STAGE), metrics)
         log_metrics({k: metrics[k] for k in ("candidates", "kept", "keep_rate", "by_kind", "by_hardness", "dropped")})
         mlflow.log_metric("recovery_unavailable", metrics["recovery_unavailable"])

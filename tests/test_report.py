@@ -383,6 +383,9 @@ def test_cost_table_lists_each_stage_that_recorded_its_machine():
 
     system = {"cpu_model": "AMD EPYC", "peak_rss_mb": 6144.0, "torch_threads": "2", "load1_start": 0.5, "load1_end": 2.1}
     docs = {
+        "prepare": {"wall_time_s": 40.0, "verified": 4680, "system": system},
+        "prepare_model": {"wall_s": 45.0, "parameters": 494032768, "dtype": "bfloat16", "system": system},
+        "sft_data": {"wall_time_s": 30.0, "kept": 3300, "system": system},
         "sft": {"wall_s": {"train_and_save": 600.0}, "step_s": 12.5, "steps": 48, "system": system,
                 "dtype": {"dtype": "bfloat16", "bf16_ms": 1.5, "fp32_ms": 6.0}},
         "grpo_phase1": {"wall_time_s": 500.0, "steps": 8, "seconds_per_step": 62.5, "distinct_questions": 32,
@@ -393,10 +396,12 @@ def test_cost_table_lists_each_stage_that_recorded_its_machine():
         "grpo_phase2": {"wall_time_s": 10.0},  # from before the system block: not in the table
     }
     rows = stage_costs(docs)
-    assert [r["stage"] for r in rows] == ["sft", "grpo_phase1", "evaluate@sft_n200"]
-    assert [r["wall_s"] for r in rows] == [600.0, 500.0, 300.0]
-    assert rows[0]["seconds_per_step"] == 12.5 and rows[2]["dtype"] == "bfloat16" and rows[2]["steps"] is None
+    assert [r["stage"] for r in rows] == ["prepare", "prepare_model", "sft_data", "sft", "grpo_phase1", "evaluate@sft_n200"]
+    assert [r["wall_s"] for r in rows] == [40.0, 45.0, 30.0, 600.0, 500.0, 300.0]
+    assert rows[3]["seconds_per_step"] == 12.5 and rows[5]["dtype"] == "bfloat16" and rows[5]["steps"] is None
     table, footer = _cost_section(rows)
+    assert "| prepare | 40 s | 6.0 GB | — | 2 | 0.50 → 2.10 | — |" in table
+    assert "| prepare_model | 45 s | 6.0 GB | bfloat16 | 2 | 0.50 → 2.10 | — |" in table
     assert "| sft | 600 s | 6.0 GB | bfloat16 (1.50 / 6.00) | 2 | 0.50 → 2.10 | 48 × 12.5 s |" in table
     assert "| grpo_phase1 | 500 s | 6.8 GB | float32 | 2 | 0.50 → 2.10 | 8 × 62.5 s, 32 distinct questions |" in table
-    assert "AMD EPYC" in footer and "23.3 min" in footer
+    assert "AMD EPYC" in footer and "25.2 min" in footer

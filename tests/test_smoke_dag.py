@@ -91,6 +91,8 @@ def test_smoke_dag(tmp_path, mlflow_server):
     report = (repo / "reports" / "report.md").read_text()
     assert "grpo_phase2" in report and "| Environment mode | schema=full answer=sql |" in report
     assert "SQL answers, accuracy = execution accuracy (EX)" in report
+    costs = report.split("## Cost per stage", 1)[1].split("\n## ", 1)[0]
+    assert all(f"| {stage} | " in costs for stage in ("prepare", "prepare_model", "sft_data", "sft"))  # every stage's time
 
     # The DVC remote: pushed and pulled into a fresh clone, every output byte-identical (checked by the runner).
     assert result["remote"]["files"] > 20 and (repo.parent / "repo-clone" / "models" / "grpo_phase2").is_dir()
