@@ -4,9 +4,9 @@ Both sides are the same `sqlenv.eval.rollout.run_episodes` on the same model, qu
 greedy decoding; only `batch_size` differs (1 for the baseline). `--turns` also times the batch that waits
 for its longest turn (the runner before continuous batching: `ModelGenerator.generate_some` off, the same
 batch size): `continuous_ratio` is what handing the batch back early buys. `--skip-sequential` leaves out
-the one-at-a-time side (about 14x the batched time at N=50 on the 2-core CPU). The ratio of episodes/s is the number
-to watch (target >= 4x at N=50 with the 0.5B model on the 2-core CPU); absolute figures depend on the
-machine's load, which is recorded. Verdict agreement between the two runs is reported too (bf16 numerics
+the one-at-a-time side (6-8x the batched time at N=50 on the 2-core CPUs measured). The ratio of
+episodes/s is the number to watch (issue 15's target: >= 6x at N=50 with the 0.5B model on the 2-core
+CPU); absolute figures depend on the machine's load, which is recorded. Verdict agreement between the two runs is reported too (bf16 numerics
 may differ a little between batch shapes; fp32 tests demand identical tokens).
 
 Defaults: the model is models/base if present, else the tiny random test model; the questions are

@@ -16,9 +16,10 @@ our own rather than `model.generate`, for two reasons: `generate` keeps decoding
 until the longest completion of the batch ends (half of all decoded rows in a measured n50 run); ours
 cuts stopped rows out of the batch. And `generate` cannot stop mid-turn and go on later; ours
 (`generate_some`) hands the batch back once some rows have stopped, so the runner refills it with their
-next turns and new episodes (continuous batching) while the others go on from the tokens they have. It picks tokens as `generate` does (argmax; or HF's temperature,
-top-k and top-p warpers and a multinomial draw), and tests check it against `generate`. `reuse_cache=False`
-re-encodes everything each turn; a test checks both give the same tokens.
+next turns and new episodes (continuous batching) while the others go on from the tokens they have.
+It picks tokens as `generate` does (argmax; or HF's temperature, top-k and top-p warpers and a
+multinomial draw), and tests check it against `generate`. `reuse_cache=False` re-encodes everything
+each turn; a test checks both give the same tokens.
 
 Two users: evaluation (`sqlenv.eval.rollout`, episodes keyed by question) and GRPO rollouts
 (`sqlenv.train.grpo`, through `ExtendingContexts`, which finds an episode by the tokens its context
