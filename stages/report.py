@@ -4,11 +4,11 @@
                                live-mode check; grpo_phase{1,2}.max_completion_length)
 
 Reads reports/eval/<policy>_<set>/{metrics.json,samples.jsonl}, reports/sft/loss.csv,
-reports/grpo_phase{1,2}/curve.csv and the metrics.json of prepare, prepare_model, sft_data and the training
-stages (the cost table: wall time, peak RSS, dtype, threads and load per stage) — whichever exist; the report says what is missing. A result
-enters only if its model fingerprint is the live model's (models/<model of the policy>) and its
-questions are the live set's (data/questions/<set>.jsonl); others are listed as stale. Writes
-reports/plots/ (PNGs and the CSV behind each, declared as DVC plots) and reports/report.md, and logs
+reports/grpo_phase{1,2}/curve.csv and the metrics.json of prepare, prepare_model, sft_data and the
+training stages (the cost table: wall time, peak RSS, dtype, threads and load per stage) — whichever
+exist; the report says what is missing. A result enters only if its model fingerprint is the live
+model's (models/<model of the policy>) and its questions are the live set's
+(data/questions/<set>.jsonl); others are listed as stale. Writes reports/plots/ (PNGs and the CSV behind each, declared as DVC plots) and reports/report.md, and logs
 both, the tables and the headline numbers to the stage's MLflow run. The plots folder is built aside
 and swapped in whole; report.md is written after it, so a failure leaves the previous report intact.
 """
@@ -71,7 +71,8 @@ def headline_metrics(inputs) -> dict[str, float]:
 
 
 def stage_documents() -> dict[str, dict]:
-    """The metrics.json of each stage before the evaluations and of each evaluation that exists, by stage name (for the cost table)."""
+    """The metrics.json of each stage before the evaluations and of each evaluation that exists, by stage
+    name (for the cost table)."""
     import json
 
     files = {name: paths.metrics_file(name) for name in COST_STAGES}

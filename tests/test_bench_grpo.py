@@ -1,24 +1,18 @@
 """Guards bench/bench_grpo.py: both configurations really train, counts come from the rollouts seen, ratios and projections from them."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from bench_scripts import load_bench
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_grpo", REPO / "bench" / "bench_grpo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_overrides_edit_a_copy_and_reject_unknown_keys():
-    bench = load_bench()
+    bench = load_bench("bench_grpo")
     params = {"grpo": {"batch_size": 2}, "grpo_phase1": {"max_steps": 3}}
     out = bench.with_overrides(params, {"grpo": {"batch_size": 4}})
     assert out == {"grpo": {"batch_size": 4}, "grpo_phase1": {"max_steps": 3}} and params["grpo"]["batch_size"] == 2
@@ -27,7 +21,7 @@ def test_overrides_edit_a_copy_and_reject_unknown_keys():
 
 
 def test_bench_measures_both_configs_and_derives_ratios(tmp_path):
-    bench = load_bench()
+    bench = load_bench("bench_grpo")
     # A "default" unlike the baseline: 2 questions x 2 generations per step (batch 2, accumulation 2),
     # 3 + 5 steps; the baseline is 1 question x 4 generations, 6 + 4 steps. 4 rollouts per step in both.
     p = yaml.safe_load((REPO / "params.yaml").read_text())

@@ -1,27 +1,16 @@
 """Guards bench/bench_rollout.py: every side plays the same episodes, the JSON holds what the README quotes and
 says where it was measured, and timing the whole-turn batch leaves the runner's continuous batching on."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 from sqlenv.decode import ModelGenerator
 from sqlenv.train.tiny_model import build_tiny_model
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load_bench():
-    sys.path.insert(0, str(REPO / "bench"))  # bench_rollout imports bench_grpo's helpers, as a script would
-    spec = importlib.util.spec_from_file_location("bench_rollout", REPO / "bench" / "bench_rollout.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_scripts import load_bench
 
 
 def test_bench_plays_the_same_episodes_on_every_side(tmp_path):
-    bench = load_bench()
+    bench = load_bench("bench_rollout")
     tiny = build_tiny_model(tmp_path / "tiny")
     out = tmp_path / "rollout.json"
     result = bench.main(["--model", str(tiny), "--dtype", "float32", "--n", "3", "--batch-size", "2",
@@ -37,7 +26,7 @@ def test_bench_plays_the_same_episodes_on_every_side(tmp_path):
 
 
 def test_bench_refuses_a_missing_questions_file(tmp_path):
-    bench = load_bench()
+    bench = load_bench("bench_rollout")
     try:
         bench.main(["--questions", str(tmp_path / "none.jsonl")])
     except SystemExit as exc:

@@ -1,23 +1,12 @@
 """Guards bench/bench_sft.py: both sides train the same trajectories, the shared-prefix side runs fewer tokens, the JSON holds what the README quotes."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load_bench():
-    sys.path.insert(0, str(REPO / "bench"))  # bench_sft imports bench_grpo's helpers, as a script would
-    spec = importlib.util.spec_from_file_location("bench_sft", REPO / "bench" / "bench_sft.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_scripts import load_bench
 
 
 def test_bench_trains_both_sides_on_the_same_trajectories(tmp_path):
-    bench = load_bench()
+    bench = load_bench("bench_sft")
     out = tmp_path / "sft.json"
     result = bench.main(["--model", "tiny", "--data", str(tmp_path / "no-data"), "--steps", "1", "--repeats", "1",
                          "--out", str(out)])  # fmt: skip
