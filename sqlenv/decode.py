@@ -76,7 +76,9 @@ class TurnGenerator(Protocol):
 
     `start`/`finish` bracket an episode (keyed by its question's index), so an implementation may keep
     per-episode state such as a KV cache; `generate` gets each episode's whole context and its token
-    budget and returns the completion ids (stop token included, nothing after it).
+    budget and returns the completion ids (stop token included, nothing after it). A generator may also
+    offer `generate_some(keys, contexts, budgets, min_stopped) -> (completions, stopped)`, which can return
+    mid-turn (`ModelGenerator`); `play_episodes` then uses it for continuous batching.
     """
 
     def start(self, key: int, context: list[int]) -> None: ...
