@@ -38,6 +38,7 @@ from sqlenv.eval.policies import POLICIES, run_random
 from sqlenv.eval.policies import policy as get_policy
 from sqlenv.eval.vllm_backend import require_vllm
 from sqlenv.provenance import chat_template_kwargs
+from sqlenv.train import heap
 from sqlenv.types import EpisodeRecord
 
 STAGE = "evaluate"
@@ -93,6 +94,7 @@ def main() -> None:
                 source, questions, db_dir=paths.DATABASES, env_config=config, settings=settings,
                 few_shot_pool=load_questions_file(paths.questions_file("train")) if pol.shots else (),
                 template_kwargs=chat_template_kwargs(paths.MODELS / "base"),
+                after_batch=heap.trim,  # freed caches back to the OS: bounds the peak RSS (play_episodes)
             )  # fmt: skip
             described = settings.describe()
         wall = time.perf_counter() - start

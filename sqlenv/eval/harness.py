@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,11 +126,13 @@ def play(
     few_shot_pool: Sequence[Question] = (),
     template_kwargs: dict[str, Any] | None = None,
     progress: bool = True,
+    after_batch: Callable[[], Any] | None = None,
 ) -> tuple[list[EpisodeRecord], dict[str, Any]]:
     """Play every question with the model in `model_dir`: (records in question order, model info).
 
     `few_shot_pool` holds the (training) questions the examples come from when `settings.shots` > 0.
-    `template_kwargs` are extra chat-template variables (Qwen3's `enable_thinking`).
+    `template_kwargs` are extra chat-template variables (Qwen3's `enable_thinking`); `after_batch` is
+    called after every batch of decoding (`run_episodes`; the evaluation stage returns freed heap memory).
     """
     from sqlenv.data.few_shot import few_shot_examples, few_shot_system_prompt
     from sqlenv.eval.rollout import run_episodes
@@ -155,6 +157,7 @@ def play(
         system_prompt=system_prompt, batch_size=settings.batch_size, max_total_tokens=settings.max_total_tokens,
         chat_template_kwargs=template_kwargs or None, parser=settings.parser, progress=progress,
         backend=settings.backend, llm_kwargs={"dtype": settings.dtype} if settings.backend == "vllm" else None,
+        after_batch=after_batch,
     )  # fmt: skip
     return records, {"path": str(model_dir), "fingerprint": model_fingerprint(model_dir)}
 
