@@ -672,7 +672,7 @@ def test_episodes_whose_turn_ended_do_not_wait_for_the_longest_turn(chaotic_mode
 
 def test_after_batch_runs_after_every_batch(chaotic_model, tokenizer, concert_db_dir, monkeypatch):
     """Each batch call (a hand-back included) leaves per-episode caches of new sizes; glibc kept the memory
-    they freed resident, and evaluate@base_3shot_n50 peaked at 7.3-8.6 GB (5.4 with the heap trimmed).
+    they freed resident, and evaluate@base_3shot_n50 peaked at 7.1-8.6 GiB (5.2 with the heap trimmed).
     `run_episodes(after_batch=...)` calls it after every batch call: the evaluation stage passes
     `sqlenv.train.heap.trim` (tests/test_stage_evaluate.py)."""
     import sqlenv.decode as decode

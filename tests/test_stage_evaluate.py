@@ -138,8 +138,8 @@ def test_source_is_the_model_played_and_a_foreign_model_is_stale(workdir):
 
 
 def test_a_model_policy_returns_freed_heap_memory_after_every_batch(workdir, monkeypatch):
-    """The stage passes `sqlenv.train.heap.trim` as `after_batch` (evaluate@base_3shot_n50: 7.3-8.6 GB without,
-    5.4 with; `play_episodes` calls it, tests/test_rollout.py::test_after_batch_runs_after_every_batch)."""
+    """The stage passes `sqlenv.train.heap.trim` as `after_batch` (evaluate@base_3shot_n50: 7.1-8.6 GiB without,
+    5.2 with; `play_episodes` calls it, tests/test_rollout.py::test_after_batch_runs_after_every_batch)."""
     import sys
 
     import stages.evaluate as stage
