@@ -6,8 +6,9 @@ for its longest turn (the runner before continuous batching: `ModelGenerator.gen
 batch size): `continuous_ratio` is what handing the batch back early buys. `--skip-sequential` leaves out
 the one-at-a-time side (6-8x the batched time at N=50 on the 2-core CPUs measured). The ratio of
 episodes/s is the number to watch (issue 15's target: >= 6x at N=50 with the 0.5B model on the 2-core
-CPU); absolute figures depend on the machine's load, which is recorded. Verdict agreement between the two runs is reported too (bf16 numerics
-may differ a little between batch shapes; fp32 tests demand identical tokens).
+CPU); absolute figures depend on the machine's load, which is recorded. Verdict agreement between the
+two runs is reported too (bf16 numerics may differ a little between batch shapes; fp32 tests demand
+identical tokens).
 
 Defaults: the model is models/base if present, else the tiny random test model; the questions are
 data/questions/n50.jsonl (databases in data/databases) if present, else the Spider dev questions the

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from stage_harness import run_stage, small_params
+from stage_harness import run_stage, small_params, stage_env
 
 from sqlenv.train.tiny_model import build_tiny_model
 
@@ -155,8 +155,8 @@ def test_a_model_policy_returns_freed_heap_memory_after_every_batch(workdir, mon
         raise Played
 
     monkeypatch.chdir(workdir)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
-    monkeypatch.setenv("DVC_ROOT", str(workdir))
+    for name, value in stage_env(workdir).items():  # the environment run_stage gives a stage's process
+        monkeypatch.setenv(name, value)
     monkeypatch.setattr(stage, "play", play)
     monkeypatch.setattr(sys, "argv", ["stages.evaluate", "--policy", "base_1shot", "--set", "n50", "--source", "models/base"])
     with pytest.raises((Played, SystemExit)):
