@@ -103,7 +103,7 @@ def _json_cell(value: Any) -> Any:
     return blob_text(value) if type(value) is bytes else value
 
 
-@dataclass
+@dataclass(slots=True)
 class QueryResult:
     """The outcome of running one SQL statement in the sandbox.
 
@@ -140,7 +140,7 @@ class Verdict:
     reason: str
 
 
-@dataclass
+@dataclass(slots=True)
 class StepResult:
     """What one tool call did: the observation text the model sees, the reward components
     earned by this call (name -> value), and whether the episode is over afterwards."""

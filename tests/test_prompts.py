@@ -129,8 +129,9 @@ _CELL = _TEXT | _TEXT | st.integers(-5, 5) | st.none() | st.floats(allow_nan=Fal
            lambda shape: st.lists(st.tuples(*[shape[1]] * shape[0]), max_size=8)),
        st.integers(-1, 9), st.integers(1, 60), st.booleans())
 def test_render_result_is_the_row_by_row_rendering(rows, max_rows, max_chars, truncated):
-    """The all-text fast path (one C join for all rows) renders exactly what rendering row by row does:
-    text with line breaks, non-text cells anywhere, rows cut by max_rows or max_chars, zero columns."""
+    """The fast paths (one C join for all-text rows; a result of one row or none) render exactly what
+    rendering row by row does: text with line breaks, non-text cells anywhere, rows cut by max_rows or
+    max_chars, zero columns."""
     result = _result([f"c{i}" for i in range(len(rows[0]) if rows else 1)], rows, truncated=truncated)
     assert prompts.render_result(result, max_rows, max_chars) == _render_row_by_row(result, max_rows, max_chars)
 
