@@ -138,8 +138,9 @@ def test_source_is_the_model_played_and_a_foreign_model_is_stale(workdir):
 
 
 def test_a_model_policy_returns_freed_heap_memory_after_every_batch(workdir, monkeypatch):
-    """The stage passes `sqlenv.train.heap.trim` as `after_batch` (evaluate@base_3shot_n50: 7.1-8.6 GiB without,
-    5.2 with; `play_episodes` calls it, tests/test_rollout.py::test_after_batch_runs_after_every_batch)."""
+    """The stage passes a `sqlenv.train.heap.Trimmer` as `after_batch` (evaluate@base_3shot_n50: 7.1-8.6 GiB
+    untrimmed, 5.2 trimmed after every batch; `play_episodes` calls it,
+    tests/test_rollout.py::test_after_batch_runs_after_every_batch)."""
     import sys
 
     import stages.evaluate as stage
@@ -161,4 +162,5 @@ def test_a_model_policy_returns_freed_heap_memory_after_every_batch(workdir, mon
     monkeypatch.setattr(sys, "argv", ["stages.evaluate", "--policy", "base_1shot", "--set", "n50", "--source", "models/base"])
     with pytest.raises((Played, SystemExit)):
         stage.main()
-    assert seen["after_batch"] is heap.trim
+    trimmer = seen["after_batch"]
+    assert isinstance(trimmer, heap.Trimmer) and trimmer.above_bytes == stage.TRIM_ABOVE_BYTES > 0
