@@ -46,7 +46,7 @@ def main() -> None:
             "upstream": prov.get("upstream"),
             "fingerprint": prov.get("fingerprint"),
             "parameters": prov.get("parameters"),
-            "dtype": prov.get("dtype"),
+            "saved_dtype": prov.get("dtype"),  # the weights' dtype; stages that compute record theirs as `dtype`
             "architecture": prov.get("architecture"),
             "tie_word_embeddings": prov.get("tie_word_embeddings"),
             "chat_template": template.get("name"),
@@ -55,12 +55,12 @@ def main() -> None:
             "chat_template_kwargs": prov.get("chat_template_kwargs", {}),
             "untrained_tokens": prov.get("untrained_tokens", {}),
             "size_bytes": prov.get("size_bytes"),
-            "wall_s": round(time.monotonic() - t0, 1),
+            "wall_time_s": round(time.monotonic() - t0, 1),
             "system": machine.summary(),  # peak RSS: this process and the conversion it waited for
             "conversion": prov.get("conversion"),  # wall time and peak memory (kept out of the DVC out)
         }
         atomic_write_json(paths.metrics_file(STAGE), metrics)
-        log_metrics({k: metrics[k] for k in ("parameters", "size_bytes", "wall_s")})
+        log_metrics({k: metrics[k] for k in ("parameters", "size_bytes", "wall_time_s")})
         mlflow.log_metric("untrained_tokens", len(metrics["untrained_tokens"]))
         mlflow.set_tags(
             {"model_fingerprint": str(metrics["fingerprint"]), "chat_template": str(metrics["chat_template"])}
@@ -69,7 +69,7 @@ def main() -> None:
         log.info(
             "%s -> %s: %s parameters, template %s, fingerprint %s (%.0f s)",
             params.model.base, OUT, metrics["parameters"], metrics["chat_template"], metrics["fingerprint"],
-            metrics["wall_s"],
+            metrics["wall_time_s"],
         )
 
 

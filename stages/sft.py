@@ -74,16 +74,16 @@ def main() -> None:
         atomic_write_text(paths.report_dir(STAGE) / "loss.csv", curve.to_csv(index=False))
         train_s = time.monotonic() - t0
 
-        metrics = {**result.metrics(), "processes": world_size(), "wall_s": {"train_and_save": round(train_s, 1)},
+        metrics = {**result.metrics(), "processes": world_size(), "wall_time_s": round(train_s, 1),
                    "dtype": dtype.as_dict(), "system": machine.summary()}  # fmt: skip
         atomic_write_json(paths.metrics_file(STAGE), metrics)
         log_dtype(dtype)
-        log_metrics({k: metrics[k] for k in ("dataset", "steps", "step_s", "train_wall_s")}, prefix="sft/")
-        log_metrics(metrics["wall_s"], prefix="wall_s/")
+        log_metrics({k: metrics[k] for k in ("dataset", "steps", "seconds_per_step", "train_wall_s")}, prefix="sft/")
+        mlflow.log_metric("wall_time_s", metrics["wall_time_s"])
         mlflow.set_tag("model_fingerprint", metrics["fingerprint"])
         mlflow.log_dict(metrics, "metrics.json")
         log.info("%d examples, %d steps, loss %.4f, %.1f s/step", result.dataset.examples, result.steps,
-                 result.train_loss, result.step_s)
+                 result.train_loss, result.seconds_per_step)
 
 
 if __name__ == "__main__":

@@ -384,9 +384,9 @@ def test_cost_table_lists_each_stage_that_recorded_its_machine():
     system = {"cpu_model": "AMD EPYC", "peak_rss_mb": 6144.0, "torch_threads": "2", "load1_start": 0.5, "load1_end": 2.1}
     docs = {
         "prepare": {"wall_time_s": 40.0, "verified": 4680, "system": system},
-        "prepare_model": {"wall_s": 45.0, "parameters": 494032768, "dtype": "bfloat16", "system": system},
+        "prepare_model": {"wall_time_s": 45.0, "parameters": 494032768, "saved_dtype": "bfloat16", "system": system},
         "sft_data": {"wall_time_s": 30.0, "kept": 3300, "system": system},
-        "sft": {"wall_s": {"train_and_save": 600.0}, "step_s": 12.5, "steps": 48, "system": system,
+        "sft": {"wall_time_s": 600.0, "seconds_per_step": 12.5, "steps": 48, "system": system,
                 "dtype": {"dtype": "bfloat16", "bf16_ms": 1.5, "fp32_ms": 6.0}},
         "grpo_phase1": {"wall_time_s": 500.0, "steps": 8, "seconds_per_step": 62.5, "distinct_questions": 32,
                         "system": {**system, "peak_rss_mb": 7000.0}, "dtype": {"dtype": "float32"}},
@@ -401,7 +401,7 @@ def test_cost_table_lists_each_stage_that_recorded_its_machine():
     assert rows[3]["seconds_per_step"] == 12.5 and rows[5]["dtype"] == "bfloat16" and rows[5]["steps"] is None
     table, footer = _cost_section(rows)
     assert "| prepare | 40 s | 6.0 GB | — | 2 | 0.50 → 2.10 | — |" in table
-    assert "| prepare_model | 45 s | 6.0 GB | bfloat16 | 2 | 0.50 → 2.10 | — |" in table
+    assert "| prepare_model | 45 s | 6.0 GB | — | 2 | 0.50 → 2.10 | — |" in table  # it computes nothing
     assert "| sft | 600 s | 6.0 GB | bfloat16 (1.50 / 6.00) | 2 | 0.50 → 2.10 | 48 × 12.5 s |" in table
     assert "| grpo_phase1 | 500 s | 6.8 GB | float32 | 2 | 0.50 → 2.10 | 8 × 62.5 s, 32 distinct questions |" in table
     assert "AMD EPYC" in footer and "25.2 min" in footer

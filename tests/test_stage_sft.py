@@ -41,6 +41,8 @@ def test_prepare_model_sft_data_sft(tmp_path, tiny_model):
     assert (work / "models/base/config.json").is_file()
     assert base["source"] == "local" and base["chat_template"] == "qwen2_5" and base["parameters"] > 0
     assert len(base["fingerprint"]) == 12
+    # every stage's seconds under one name (the report's cost table reads `wall_time_s` only)
+    assert base["wall_time_s"] >= 0 and base["saved_dtype"] and "dtype" not in base
 
     run_stage(work, "sft_data")
     records = [json.loads(line) for line in (work / "data/sft/train.jsonl").read_text().splitlines()]
@@ -56,6 +58,7 @@ def test_prepare_model_sft_data_sft(tmp_path, tiny_model):
     assert not list((work / "models").glob(".sft*")), "no temporary folder left next to the out"
     metrics = json.loads((work / "reports/sft/metrics.json").read_text())
     assert metrics["dataset"]["examples"] == 6 and metrics["steps"] == 3
+    assert metrics["wall_time_s"] > 0 and metrics["seconds_per_step"] > 0 and metrics["dtype"]["dtype"]
     assert "post_check" not in metrics  # training never plays evaluation questions (evaluate@sft_n200 does)
     assert metrics["fingerprint"] == json.loads((out / "provenance.json").read_text())["fingerprint"]
     with open(work / "reports/sft/loss.csv") as f:

@@ -219,19 +219,14 @@ def stage_costs(docs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
         system = doc.get("system")
         if not system or doc.get("played_on", doc.get("set")) != doc.get("set"):
             continue
-        wall, phases = doc.get("wall_time_s"), doc.get("wall_s")
-        if wall is None:  # prepare_model: `wall_s` seconds; sft: `wall_s` per phase
-            wall = phases if isinstance(phases, (int, float)) else (phases or {}).get("train_and_save", doc.get("train_wall_s"))
-        dtype = doc.get("dtype") or {}
-        if isinstance(dtype, str):  # prepare_model: the dtype it saved the model in
-            dtype = {"dtype": dtype}
+        dtype = doc.get("dtype") or {}  # `sqlenv.dtype.DtypeChoice.as_dict()`: what the stage computed in
         rows.append({
-            "stage": stage, "wall_s": wall, "peak_rss_mb": system.get("peak_rss_mb"),
+            "stage": stage, "wall_s": doc.get("wall_time_s"), "peak_rss_mb": system.get("peak_rss_mb"),
             "peak_cuda_mb": system.get("peak_cuda_mb"), "dtype": dtype.get("dtype") or (doc.get("settings") or {}).get("dtype"),
             "bf16_ms": dtype.get("bf16_ms"), "fp32_ms": dtype.get("fp32_ms"), "threads": system.get("torch_threads"),
             "load1_start": system.get("load1_start"), "load1_end": system.get("load1_end"),
             "cpu_model": system.get("cpu_model"), "steps": doc.get("steps") if stage in TRAINING_STAGES else None,
-            "seconds_per_step": doc.get("seconds_per_step", doc.get("step_s")),
+            "seconds_per_step": doc.get("seconds_per_step"),
             "distinct_questions": doc.get("distinct_questions"),
         })  # fmt: skip
     return rows

@@ -377,7 +377,7 @@ class SFTResult:
     train_loss: float
     steps: int
     train_wall_s: float
-    step_s: float
+    seconds_per_step: float
     curve: list[dict[str, Any]]
     provenance: dict[str, Any]
 
@@ -444,7 +444,7 @@ def _result(stats: DatasetStats, output: Any, trainer: Any, wall: float, curve: 
         train_loss=float(output.training_loss) if math.isfinite(output.training_loss) else float("nan"),
         steps=steps,
         train_wall_s=round(wall, 1),
-        step_s=round(wall / steps, 2) if steps else 0.0,
+        seconds_per_step=round(wall / steps, 2) if steps else 0.0,
         curve=curve,
         provenance=provenance,
     )
