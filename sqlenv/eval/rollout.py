@@ -383,8 +383,9 @@ def play_episodes(
 
     `after_batch` is called after every batch call. Each call leaves per-episode caches of new sizes behind,
     and glibc keeps the memory the old ones freed resident: with a hand-back every quarter of the rows the
-    heap fragmented, and `evaluate@base_3shot_n50` (the longest prompts) peaked at 7.3-8.6 GB, 5.4 GB with
-    the evaluation stage's `after_batch=sqlenv.train.heap.trim` (43 calls, 3 s in all).
+    heap fragmented, and `evaluate@base_3shot_n50` (the longest prompts) peaked at 7.1-8.6 GiB; the
+    evaluation stage passes a `sqlenv.train.heap.Trimmer`, which hands free pages back to the OS once the
+    process holds more than 5 GiB (5.8 GiB peak, 7 trims in 43 batches).
     """
     from tqdm.auto import tqdm
 
@@ -490,8 +491,13 @@ def run_episodes(
     `batch_size` episodes run at once (1 = one at a time, through the very same code). `max_turns`
     defaults to the env's step budget; `max_total_tokens` bounds everything after the prompt (TRL's
     `max_completion_length`), `max_new_tokens_per_turn` (optional) one completion; `parser` reads the calls
-    (`sqlenv.env.tool_calls`); `after_batch` is called after every batch call (`play_episodes`). Greedy decoding (the default) is deterministic; sampling is seeded by `gen.seed`
-    and leaves the caller's RNG state alone.
+    (`sqlenv.env.tool_calls`); `after_batch` is called after every batch call (`play_episodes`). Greedy
+    decoding (the default) picks the same tokens from the same logits, but bf16 logits on a CPU are not
+    always bit-identical from one process to the next. Six runs of evaluate@grpo_phase1_n50 with the same
+    weights and decoding (Intel Xeon, AMX; only how often the heap was trimmed varied, which does not
+    predict the outcome) gave two sets of episodes, four runs one and two the other, 6 of 50 episodes apart
+    (a near-tie token, then everything after it; 20 against 19 right). Sampling is seeded by `gen.seed` and leaves the caller's RNG
+    state alone.
 
     `backend` decodes: "hf" — `model` is a transformers model, decoded by `ModelGenerator` (`reuse_cache`:
     its KV caches); "vllm" — `model` is the model folder, loaded and decoded by vLLM's offline engine
