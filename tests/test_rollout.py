@@ -446,6 +446,23 @@ def test_budgets_end_unanswered_episodes(tokenizer, concert_db_dir):
     assert len(gen.contexts[0]) == 1
 
 
+def test_a_call_cut_off_by_the_token_budget_ends_the_episode_on_the_budget(tokenizer, concert_db_dir):
+    """A turn whose generation runs out of tokens in the middle of a call holds no call, so it ends the episode,
+    as TRL's loop ends it; the reason recorded is the token budget, not "no tool call" (a choice to stop)."""
+    where = " OR ".join(f"name = 'singer {i}'" for i in range(40))
+    script = [turn_text(DESCRIBE), turn_text(("query", {"sql": f"SELECT count(*) FROM singer WHERE {where}"}))]
+    probe = ScriptedGenerator(tokenizer, {0: [*script, "Done.<|im_end|>"]})
+    play_episodes(probe, tokenizer, [Q_COUNT], db_dir=concert_db_dir, progress=False)
+    first_turn = len(probe.contexts[0][1]) - len(probe.contexts[0][0])  # the describe turn and its tool result
+    assert len(probe.completions[0][1]) > 20  # the query turn is long enough to cut
+    gen = ScriptedGenerator(tokenizer, {0: list(script)})
+    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_total_tokens=first_turn + 10,
+                              progress=False)
+    assert [len(c) for c in gen.completions[0]][1:] == [10]  # the query call was cut off after 10 tokens
+    assert record.end_reason == "token budget" and record.verdict_reason == "not answered (token budget)"
+    assert (record.turns, record.steps, record.answered) == (2, 1, False)
+
+
 def test_rolling_pool_keeps_batches_full_and_order(tokenizer, concert_db_dir):
     scripts = {}
     for i, question in enumerate(QUESTIONS * 2):

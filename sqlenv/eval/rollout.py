@@ -46,7 +46,10 @@ Counting (EpisodeRecord): `turns` = assistant turns while the env episode ran (e
 (both computed whichever parser plays); `steps` = calls made while the episode ran; `parse_failures` =
 those calls that were not a valid call of one of the four tools (an unknown tool, arguments that don't
 fit); `calls_after_answer` = calls made after the env episode was over; `budget_exhausted` = the env's
-step budget was used up; `end_reason` = why the episode stopped; `tokens` = tokens the model generated.
+step budget was used up; `tokens` = tokens the model generated; `end_reason` = why the episode stopped:
+`stopped` (a turn without a call after the answer), `no tool call` (one before it: the model stopped calling
+tools, or wrote a call the parser cannot read), `token budget` (`max_total_tokens` ran out, inside a turn's
+generation or with a tool result), `step budget` (the env's), `turn budget` (`max_turns`), `context length`.
 `reward`/`reward_components` are the env's own sums.
 
 Batching: a rolling pool of `batch_size` episodes; each turn, the next completion of every running
@@ -238,12 +241,15 @@ class Episode:
             self.done, self.end_reason = True, reason
 
     def apply_turn(
-        self, message: dict[str, Any], strict_call: bool | None = None, lenient_call: bool | None = None
+        self, message: dict[str, Any], strict_call: bool | None = None, lenient_call: bool | None = None,
+        cut: bool = False,
     ) -> list[dict[str, Any]]:
         """Record one assistant turn, run its tool calls in order, return the tool messages appended.
 
         `strict_call` / `lenient_call` say whether TRL's / the lenient parser read a call in the turn
         (default: whether the message holds calls); they are counted for turns before the env episode ends.
+        `cut`: the turn's generation used up its token budget. A turn without a call ends the episode either
+        way (TRL's loop too), but a call cut off mid-way is the token budget's doing, not a choice to stop.
         """
         if self.done:
             raise RuntimeError(f"episode {self.question.id} is over ({self.end_reason})")
@@ -255,7 +261,8 @@ class Episode:
             self.lenient_call_turns += strict if lenient_call is None else lenient_call
         self.messages.append(_stored_assistant(message, calls))
         if not calls:  # TRL's loop goes on only while the last turn holds calls
-            self.end("stopped" if self._sql.answered else "step budget" if self._sql.done else "no tool call")
+            self.end("stopped" if self._sql.answered else "step budget" if self._sql.done
+                     else "token budget" if cut else "no tool call")  # fmt: skip
             return []
         results = []
         for call in calls:
@@ -435,7 +442,7 @@ def play_episodes(
             if after_batch is not None:
                 after_batch()
             still = []
-            for key, completion, turn_over in zip(running, completions, stopped):
+            for key, completion, turn_over, budget in zip(running, completions, stopped, budgets):
                 tokens[key] += len(completion)
                 if not turn_over:  # goes on in the next batch
                     contexts[key] = contexts[key] + completion
@@ -444,7 +451,7 @@ def play_episodes(
                 episode, context = episodes[key], contexts[key][: turn_start[key]]
                 completion = contexts[key][turn_start[key] :] + completion
                 parsed, strict, lenient = parse_turn(tokenizer, completion, context, episode.tools, parser)
-                tool_messages = episode.apply_turn(parsed, strict, lenient)
+                tool_messages = episode.apply_turn(parsed, strict, lenient, cut=len(completion) >= budget)
                 if not episode.done:
                     ids = context + completion + tool_suffix_ids(tokenizer, tool_messages, template, kwargs)
                     if len(ids) - prompt_len[key] >= max_total_tokens:
@@ -496,8 +503,8 @@ def run_episodes(
     always bit-identical from one process to the next. Six runs of evaluate@grpo_phase1_n50 with the same
     weights and decoding (Intel Xeon, AMX; only how often the heap was trimmed varied, which does not
     predict the outcome) gave two sets of episodes, four runs one and two the other, 6 of 50 episodes apart
-    (a near-tie token, then everything after it; 20 against 19 right). Sampling is seeded by `gen.seed` and leaves the caller's RNG
-    state alone.
+    (a near-tie token, then everything after it; 20 against 19 right). Sampling is seeded by `gen.seed` and
+    leaves the caller's RNG state alone.
 
     `backend` decodes: "hf" — `model` is a transformers model, decoded by `ModelGenerator` (`reuse_cache`:
     its KV caches); "vllm" — `model` is the model folder, loaded and decoded by vLLM's offline engine
