@@ -129,6 +129,7 @@ class GRPOParams:
     use_vllm: Literal["none", "colocate", "server"]
     shared_prefix: bool
     rollout_decoder: Literal["cached", "trl"]
+    mask_truncated_completions: bool
 
 
 @dataclass(frozen=True)

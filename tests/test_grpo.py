@@ -170,7 +170,10 @@ def test_grpo_config_carries_the_phase(tmp_path):
     assert config.beta == p["grpo_phase2"]["beta"]
     assert config.max_completion_length == p["grpo_phase2"]["max_completion_length"]
     assert config.max_tool_calling_iterations == p["env"]["step_budget"]
-    assert config.mask_truncated_completions is True
+    assert config.mask_truncated_completions is p["grpo"]["mask_truncated_completions"]
+    p["grpo"]["mask_truncated_completions"] = not p["grpo"]["mask_truncated_completions"]
+    flipped = grpo_config(phase_settings(phase_sections(p, 2), 2), tmp_path / "ck")
+    assert flipped.mask_truncated_completions is p["grpo"]["mask_truncated_completions"]
     assert config.scale_rewards == "none"
     assert config.reward_weights == [0.0] * len(COMPONENTS)
     assert config.model_init_kwargs == {"dtype": p["model"]["dtype"]}

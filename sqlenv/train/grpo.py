@@ -113,6 +113,7 @@ class PhaseSettings:
     few_shot_steps: int
     use_vllm: str  # none | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
     rollout_decoder: str  # cached (our KV-cached decode loop for each turn) | trl (TRL's transformers generate)
+    mask_truncated_completions: bool  # TRL's: a rollout cut off at max_completion_length leaves the loss
     shared_prefix: bool  # log-prob passes without padding, the step's shared prompt prefix encoded once (one process)
     transcripts_every: int
     transcripts_per_log: int
@@ -566,7 +567,7 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
         max_completion_length=settings.max_completion_length,
         max_tool_calling_iterations=settings.env.step_budget,
         **vllm_arguments(settings.use_vllm),
-        mask_truncated_completions=True,
+        mask_truncated_completions=settings.mask_truncated_completions,
         reward_weights=[0.0] * len(COMPONENTS),  # the env's get_reward (weight 1) is appended by TRL
         model_init_kwargs={"dtype": settings.dtype},
         chat_template_kwargs=dict(template_kwargs or {}),
