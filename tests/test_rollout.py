@@ -463,6 +463,27 @@ def test_a_call_cut_off_by_the_token_budget_ends_the_episode_on_the_budget(token
     assert (record.turns, record.steps, record.answered) == (2, 1, False)
 
 
+def test_a_turn_handed_back_and_then_stopped_is_not_labelled_as_cut_off(tokenizer, concert_db_dir):
+    """Continuous batching hands a turn back unfinished and asks again with a smaller budget; a turn that then
+    stops on its own (<|im_end|>, no call) ends as "no tool call": it was never cut off, however long the whole
+    turn is against the remaining budget of the last call."""
+    text = "I cannot tell which table holds the singers, so I stop here.<|im_end|>"
+    length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    class HandingBack(ScriptedGenerator):
+        def generate_some(self, keys, contexts, budgets, min_stopped):
+            self.budgets = getattr(self, "budgets", []) + [list(budgets)]
+            if len(self.budgets) == 1:  # the first call hands the turn back after `length - 4` tokens
+                return [self.tokenizer(text, add_special_tokens=False)["input_ids"][: length - 4]], [False]
+            return [self.tokenizer(text, add_special_tokens=False)["input_ids"][length - 4 :]], [True]
+
+    gen = HandingBack(tokenizer, {0: [text]})
+    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_total_tokens=length + 2,
+                              progress=False)
+    assert gen.budgets == [[length + 2], [6]] and length > 6  # the whole turn is longer than the last budget
+    assert record.end_reason == "no tool call" and record.tokens == length
+
+
 def test_rolling_pool_keeps_batches_full_and_order(tokenizer, concert_db_dir):
     scripts = {}
     for i, question in enumerate(QUESTIONS * 2):

@@ -448,10 +448,11 @@ def play_episodes(
                     contexts[key] = contexts[key] + completion
                     still.append(key)
                     continue
+                cut = len(completion) >= budget  # this call's part of the turn used up what was left
                 episode, context = episodes[key], contexts[key][: turn_start[key]]
                 completion = contexts[key][turn_start[key] :] + completion
                 parsed, strict, lenient = parse_turn(tokenizer, completion, context, episode.tools, parser)
-                tool_messages = episode.apply_turn(parsed, strict, lenient, cut=len(completion) >= budget)
+                tool_messages = episode.apply_turn(parsed, strict, lenient, cut=cut)
                 if not episode.done:
                     ids = context + completion + tool_suffix_ids(tokenizer, tool_messages, template, kwargs)
                     if len(ids) - prompt_len[key] >= max_total_tokens:
