@@ -467,21 +467,27 @@ def test_a_turn_handed_back_and_then_stopped_is_not_labelled_as_cut_off(tokenize
     """Continuous batching hands a turn back unfinished and asks again with a smaller budget; a turn that then
     stops on its own (<|im_end|>, no call) ends as "no tool call": it was never cut off, however long the whole
     turn is against the remaining budget of the last call."""
-    text = "I cannot tell which table holds the singers, so I stop here.<|im_end|>"
-    length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    ids = tokenizer("I cannot tell which table holds the singers, so I stop here.<|im_end|>",
+                    add_special_tokens=False)["input_ids"]
+    parts = [(ids[:-4], False), (ids[-4:], True)]  # handed back 4 tokens short of its end, then finished
+    budgets = []
 
-    class HandingBack(ScriptedGenerator):
-        def generate_some(self, keys, contexts, budgets, min_stopped):
-            self.budgets = getattr(self, "budgets", []) + [list(budgets)]
-            if len(self.budgets) == 1:  # the first call hands the turn back after `length - 4` tokens
-                return [self.tokenizer(text, add_special_tokens=False)["input_ids"][: length - 4]], [False]
-            return [self.tokenizer(text, add_special_tokens=False)["input_ids"][length - 4 :]], [True]
+    class HandingBack:
+        def start(self, key, context):
+            pass
 
-    gen = HandingBack(tokenizer, {0: [text]})
-    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_total_tokens=length + 2,
-                              progress=False)
-    assert gen.budgets == [[length + 2], [6]] and length > 6  # the whole turn is longer than the last budget
-    assert record.end_reason == "no tool call" and record.tokens == length
+        def generate_some(self, keys, contexts, asked, min_stopped):
+            budgets.append(list(asked))
+            completion, stopped = parts.pop(0)
+            return [completion], [stopped]
+
+        def finish(self, key):
+            pass
+
+    (record,) = play_episodes(HandingBack(), tokenizer, [Q_COUNT], db_dir=concert_db_dir,
+                              max_total_tokens=len(ids) + 2, progress=False)
+    assert budgets == [[len(ids) + 2], [6]] and len(ids) > 6  # the whole turn is longer than the last budget
+    assert record.end_reason == "no tool call" and record.tokens == len(ids)
 
 
 def test_rolling_pool_keeps_batches_full_and_order(tokenizer, concert_db_dir):
