@@ -50,7 +50,10 @@ class GenerationSettings:
         import torch
 
         if not self.do_sample:
-            return lambda logits: logits.argmax(dim=-1)
+            # `max(...).indices` is argmax (the first maximal index, NaN counting as maximal; a test checks
+            # on tied bf16 logits), at a fraction of its cost on bf16 logits: measured on the 2-core Intel
+            # Xeon (AMX-BF16), 2.5 against 11.8 ms over [50, 151936], 6 % of a 50-row decode step.
+            return lambda logits: logits.max(dim=-1).indices
         from transformers.generation.logits_process import (
             LogitsProcessorList,
             TemperatureLogitsWarper,

@@ -822,6 +822,21 @@ def test_decoding_equals_hf_generate(chaotic_model, tokenizer, concert_db_dir, s
             assert ours != greedy.generate([0], [ctx], [12])[0]  # the sample is not the argmax path
 
 
+def test_greedy_choice_is_argmax_on_tied_bf16_logits():
+    """The greedy chooser takes `max(...).indices` for speed; it must pick argmax's token, the first maximal
+    index, where bf16 logits tie (often, at 8 bits of mantissa) and where a row holds NaN."""
+    choose = GenerationSettings().token_chooser()
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(64, 4096, generator=gen) * 2).round().bfloat16()  # integers: many ties at the top
+    ties = (logits == logits.max(dim=-1, keepdim=True).values).sum(dim=-1)
+    assert (ties > 1).sum() > 32  # the case under test is common here
+    assert torch.equal(choose(logits), logits.argmax(dim=-1))
+    first = torch.arange(logits.shape[-1]).expand_as(logits).masked_fill(logits != logits.max(-1, keepdim=True).values, 1 << 30)
+    assert torch.equal(choose(logits), first.min(dim=-1).values)
+    logits[:, 7] = float("nan")
+    assert torch.equal(choose(logits), logits.argmax(dim=-1))
+
+
 def test_one_token_steps_never_take_sdpas_grouped_query_branch(chaotic_model, tokenizer, concert_db_dir, monkeypatch):
     """One row (no padding): transformers drops an all-ones 2D mask, and SDPA's grouped-query branch
     (`enable_gqa`, no mask) is ~10x slower per one-token step on a CPU than the packed one a mask selects.
