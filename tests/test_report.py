@@ -400,8 +400,8 @@ def test_cost_table_lists_each_stage_that_recorded_its_machine():
     assert [r["wall_s"] for r in rows] == [40.0, 45.0, 30.0, 600.0, 500.0, 300.0]
     assert rows[3]["seconds_per_step"] == 12.5 and rows[5]["dtype"] == "bfloat16" and rows[5]["steps"] is None
     table, footer = _cost_section(rows)
-    assert "| prepare | 40 s | 6.0 GB | — | 2 | 0.50 → 2.10 | — |" in table
-    assert "| prepare_model | 45 s | 6.0 GB | — | 2 | 0.50 → 2.10 | — |" in table  # it computes nothing
-    assert "| sft | 600 s | 6.0 GB | bfloat16 (1.50 / 6.00) | 2 | 0.50 → 2.10 | 48 × 12.5 s |" in table
-    assert "| grpo_phase1 | 500 s | 6.8 GB | float32 | 2 | 0.50 → 2.10 | 8 × 62.5 s, 32 distinct questions |" in table
+    assert "| prepare | 40 s | 6.0 GiB | — | 2 | 0.50 → 2.10 | — |" in table
+    assert "| prepare_model | 45 s | 6.0 GiB | — | 2 | 0.50 → 2.10 | — |" in table  # it computes nothing
+    assert "| sft | 600 s | 6.0 GiB | bfloat16 (1.50 / 6.00) | 2 | 0.50 → 2.10 | 48 × 12.5 s |" in table
+    assert "| grpo_phase1 | 500 s | 6.8 GiB | float32 | 2 | 0.50 → 2.10 | 8 × 62.5 s, 32 distinct questions |" in table
     assert "AMD EPYC" in footer and "25.2 min" in footer

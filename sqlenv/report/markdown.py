@@ -337,9 +337,10 @@ def _cost_section(costs: Sequence[Mapping[str, Any]]) -> list[str]:
             steps = f"{c['steps']} × {_num(c['seconds_per_step'], 1)} s"
             if c.get("distinct_questions"):
                 steps += f", {c['distinct_questions']} distinct questions"
-        rss = f"{c['peak_rss_mb'] / 1024:.1f} GB" if c.get("peak_rss_mb") is not None else "—"
+        # `peak_rss_mb` is MiB (ru_maxrss KiB / 1024), so /1024 gives GiB: labelled as such, not as GB (7 % less).
+        rss = f"{c['peak_rss_mb'] / 1024:.1f} GiB" if c.get("peak_rss_mb") is not None else "—"
         if c.get("peak_cuda_mb") is not None:
-            rss += f" (CUDA {c['peak_cuda_mb'] / 1024:.1f} GB)"
+            rss += f" (CUDA {c['peak_cuda_mb'] / 1024:.1f} GiB)"
         load = f"{_num(c.get('load1_start'))} → {_num(c.get('load1_end'))}"
         rows.append([c["stage"], f"{c['wall_s']:.0f} s" if c.get("wall_s") is not None else "—", rss,
                      f"{c.get('dtype') or '—'}{timing}", c.get("threads") or "—", load, steps])  # fmt: skip
