@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Callable
 
-from pipeline.machine import set_threads
+from pipeline.machine import set_runtime
 from pipeline.params import ParamsError
 
 # Errors that mean "the input is wrong", as opposed to "the code is wrong".
@@ -21,7 +21,7 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (ParamsError, FileNotFoundError,
 
 def run_stage(name: str, main: Callable[[], None]) -> None:
     logging.basicConfig(level=logging.INFO, format=f"[{name}] %(message)s")
-    set_threads()  # before anything computes (a dtype measurement, a model load)
+    set_runtime()  # threads and oneDNN's cache, before anything computes (a dtype measurement, a model load)
     try:
         main()
     except INPUT_ERRORS as e:

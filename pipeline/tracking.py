@@ -143,7 +143,7 @@ def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -
     """
     mlflow.set_tracking_uri(tracking_uri())
     experiment_id = _experiment_id()
-    machine.set_threads()
+    machine.set_runtime()
     tags = {**run_tags(stage, params), **machine.facts()}
     parent = _parent_run_id(experiment_id)
     with mlflow.start_run(

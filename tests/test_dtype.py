@@ -62,3 +62,69 @@ def test_set_threads_sets_torch_and_respects_a_user_setting(monkeypatch):
         assert machine.set_threads() == 2 and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_bound_onednn_cache_sets_the_capacity_unless_the_user_did(monkeypatch):
+    for var in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY"):
+        monkeypatch.delenv(var, raising=False)
+    assert machine.bound_onednn_cache() == machine.ONEDNN_CACHE_CAPACITY == 64
+    assert machine.threads()["system/ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"  # recorded with the threads
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")  # the user's own setting wins
+    assert machine.bound_onednn_cache() == 512
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    monkeypatch.setenv("DNNL_PRIMITIVE_CACHE_CAPACITY", "8")  # and so does its older name
+    assert machine.bound_onednn_cache() == 8 and "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in machine.os.environ
+
+
+def test_run_stage_bounds_the_onednn_cache_before_main_runs(monkeypatch):
+    from pipeline.stage import run_stage
+
+    for var in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(machine, "set_threads", lambda: 1)  # this process's torch threads stay as they are
+    seen = []
+    run_stage("probe", lambda: seen.append(machine.os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY")))
+    assert seen == [str(machine.ONEDNN_CACHE_CAPACITY)]
+
+
+# Cycles bf16 matmuls over 10 shapes twice under oneDNN's creation log, in a fresh process (oneDNN reads its cache
+# capacity once, at its first primitive), and prints the cache misses and hits it logged.
+_CYCLE_SHAPES = """
+import sys
+from pipeline import machine
+if sys.argv[1] != "default":
+    machine.bound_onednn_cache(int(sys.argv[1]))
+import torch
+w = torch.ones(32, 16, dtype=torch.bfloat16)
+with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON_CREATION):
+    for _ in range(2):
+        for m in range(16, 26):
+            torch.ones(m, 32, dtype=torch.bfloat16) @ w
+"""
+
+
+def test_the_onednn_cache_capacity_takes_effect_in_torch():
+    """What `bound_onednn_cache` relies on: torch's oneDNN honours the variable set before its first primitive.
+    With 4 entries, the second pass over 10 shapes misses every time; with oneDNN's default it hits every time."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch without oneDNN")
+    env = {k: v for k, v in os.environ.items() if "PRIMITIVE_CACHE_CAPACITY" not in k}
+    root = Path(__file__).resolve().parents[1]
+
+    def counts(capacity: str) -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", _CYCLE_SHAPES, capacity], cwd=root, env=env,
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        return out.count("create:cache_miss"), out.count("create:cache_hit")
+
+    default = counts("default")
+    if sum(default) == 0:
+        pytest.skip("torch runs these bf16 matmuls without oneDNN on this CPU")
+    assert default == (10, 10)
+    assert counts("4") == (20, 0)
