@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere, package in
     sys.path.insert(0, str(REPO))
 
 from bench_grpo import _reset_peak_rss, _vm_hwm_mb, git_commit  # noqa: E402
-from bench_sft import records_for  # noqa: E402
+from bench_sft import add_source_arguments, records_for, sft_model  # noqa: E402
 
 from pipeline import machine  # noqa: E402
 from pipeline.io import print_json  # noqa: E402
@@ -120,9 +120,7 @@ def run_child(args: argparse.Namespace, capacity: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None, help="HF model folder, or `tiny` (default: models/base)")
-    parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
-    parser.add_argument("--data", type=Path, default=REPO / "data", help="holds sft/train.jsonl")
+    add_source_arguments(parser)
     parser.add_argument("--steps", type=int, default=0, help="optimizer steps per run (0: the stage's run, sft.max_examples / (batch x accumulation))")
     parser.add_argument("--repeats", type=int, default=1, help="runs per side, alternating")
     parser.add_argument("--out", type=Path, default=None)
@@ -136,11 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.child is not None:
         print(json.dumps(child(args)))
         return {}
-    if args.model == "tiny":
-        from sqlenv.train.tiny_model import build_tiny_model
-
-        args.model, args.tiny = str(build_tiny_model(Path(tempfile.gettempdir()) / "sqlenv-bench-tiny-float32", dtype="float32")), True
-    args.model = args.model or str(REPO / "models" / "base")
+    args.model, args.tiny = sft_model(args.model)
     sha, dirty = git_commit()
     facts = machine.facts()
     bounded = machine.ONEDNN_CACHE_CAPACITY

@@ -59,6 +59,22 @@ class StepClock(TrainerCallback):
         self._last = now
 
 
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model, --params, --data: what an SFT benchmark trains on (this one and bench_onednn_cache)."""
+    parser.add_argument("--model", default=None, help="HF model folder, or `tiny` (default: models/base)")
+    parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
+    parser.add_argument("--data", type=Path, default=REPO / "data", help="holds sft/train.jsonl")
+
+
+def sft_model(arg: str | None) -> tuple[str, bool]:
+    """The model folder `--model` names, and whether it is the tiny random model (built here, trained in float32)."""
+    if arg == "tiny":
+        from sqlenv.train.tiny_model import build_tiny_model
+
+        return str(build_tiny_model(Path(tempfile.gettempdir()) / "sqlenv-bench-tiny-float32", dtype="float32")), True
+    return arg or str(REPO / "models" / "base"), False
+
+
 def records_for(data: Path, tiny_root: Path | None, sft: dict[str, Any], seed: int, n: int) -> tuple[list[dict], str]:
     """The stage's selection's first `n` trajectories (data/sft/train.jsonl), else a small synthetic world's."""
     from sqlenv.train.sft import select_examples
@@ -117,9 +133,7 @@ def measure(records: list[dict], model: str, config: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None, help="HF model folder, or `tiny` (default: models/base)")
-    parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
-    parser.add_argument("--data", type=Path, default=REPO / "data", help="holds sft/train.jsonl")
+    add_source_arguments(parser)
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per side, alternating")
     parser.add_argument("--out", type=Path, default=None)
@@ -133,14 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     params = dataclasses.asdict(load_params(args.params))
     scratch = Path(tempfile.mkdtemp(prefix="bench-sft-data-"))
-    if args.model == "tiny":
-        from sqlenv.train.tiny_model import build_tiny_model
-
-        model = str(build_tiny_model(Path(tempfile.gettempdir()) / "sqlenv-bench-tiny-float32", dtype="float32"))
-        dtype = choose_dtype("float32", model)
-    else:
-        model = args.model or str(REPO / "models" / "base")
-        dtype = choose_dtype(params["model"]["dtype"], model)
+    model, tiny = sft_model(args.model)
+    dtype = choose_dtype("float32" if tiny else params["model"]["dtype"], model)
     sft = dict(params["sft"])
     per_step = sft["batch_size"] * sft["gradient_accumulation_steps"]
     records, label = records_for(args.data, scratch, sft, params["seed"], args.steps * per_step)
