@@ -51,6 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
+import bench_machine  # noqa: E402
 from pipeline.io import print_json  # noqa: E402
 from sqlenv.data.spider import load_spider  # noqa: E402
 from sqlenv.env.environment import EnvConfig, SQLEnv, _potential  # noqa: E402
@@ -278,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.spider_dir / "dev.json").is_file():
         print(f"bench_env: no Spider data at {args.spider_dir}", file=sys.stderr)
         return 2
-    report = run(args.spider_dir, max(1, args.rounds))
+    where = bench_machine.record()
+    report = {**where, **run(args.spider_dir, max(1, args.rounds)), "loadavg_after": os.getloadavg()}
     print_json(report, args.out)
     return 0
 

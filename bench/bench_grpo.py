@@ -50,9 +50,7 @@ import dataclasses
 import gc
 import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +62,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
+import bench_machine  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from pipeline import machine  # noqa: E402
@@ -301,17 +300,6 @@ def ratios(results: Mapping[str, Mapping[str, Any]], other: str = "baseline") ->
     }
 
 
-def git_commit() -> tuple[str, bool]:
-    # pipeline.tracking.git_commit says the same, but importing it imports mlflow (seconds on this CPU).
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                capture_output=True, text=True, check=True).stdout  # fmt: skip
-        return sha, bool(status.strip())
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown", False
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="HF model folder, or `tiny` (default: models/sft, else models/base)")
@@ -336,23 +324,15 @@ def main(argv: list[str] | None = None) -> dict:
     params["model"]["dtype"] = dtype.dtype
     model = resolve_model(args.model, dtype.dtype)
     scratch = Path(tempfile.mkdtemp(prefix="bench-grpo-"))
-    sha, dirty = git_commit()
-    facts = machine.facts()  # after importing torch: it then records torch's threads too
     result: dict[str, Any] = {
         "model": model,
         "params": str(args.params),
         "steps": args.steps,
         "order": names,
         "baseline_overrides": BASELINE,
-        "git_commit": sha,
-        "git_dirty": dirty,
         "dtype": dtype.as_dict(),
-        "cpu_model": facts["system/cpu_model"],
-        "nproc": os.cpu_count(),
-        "machine": facts,
+        **bench_machine.record(),  # after importing torch: it then records torch's threads too
         "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "loadavg_before": os.getloadavg(),
     }
     try:
         questions, db_dir, result["questions"] = resolve_data(args.data, scratch)

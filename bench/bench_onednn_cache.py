@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
-from bench_grpo import _reset_peak_rss, _vm_hwm_mb, git_commit  # noqa: E402
+import bench_machine  # noqa: E402
+from bench_grpo import _reset_peak_rss, _vm_hwm_mb  # noqa: E402
 from bench_sft import add_source_arguments, records_for, sft_model  # noqa: E402
 
 from pipeline import machine  # noqa: E402
@@ -135,14 +135,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(child(args)))
         return {}
     args.model, args.tiny = sft_model(args.model)
-    sha, dirty = git_commit()
-    facts = machine.facts()
     bounded = machine.ONEDNN_CACHE_CAPACITY
     result: dict[str, Any] = {
         "model": args.model, "params": str(args.params), "steps": args.steps or "the stage's run", "repeats": args.repeats,
-        "capacities": {"default": DEFAULT_CAPACITY, "bounded": bounded}, "git_commit": sha, "git_dirty": dirty,
-        "cpu_model": facts["system/cpu_model"], "nproc": os.cpu_count(), "machine": facts,
-        "python": platform.python_version(), "loadavg_before": os.getloadavg(),
+        "capacities": {"default": DEFAULT_CAPACITY, "bounded": bounded}, **bench_machine.record(),
     }  # fmt: skip
     runs: list[dict[str, Any]] = []
     for i in range(args.repeats):

@@ -35,6 +35,7 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere, package in
     sys.path.insert(0, str(REPO))
 
 from pipeline.io import print_json  # noqa: E402
+from sqlenv.dtype import DTYPES  # noqa: E402
 from sqlenv.env.environment import EnvConfig  # noqa: E402
 from sqlenv.types import Question  # noqa: E402
 
@@ -64,8 +65,12 @@ def load_questions(n: int, path: Path | None = None, db_dir: Path | None = None)
 
 
 def load_model(spec: str | None, dtype: str):
+    """(model, tokenizer, its folder, the `DtypeChoice` it computes in): `dtype` resolved as the stages resolve
+    `model.dtype` (`auto` times both at the model's shapes: bf16 ran 66x slower than fp32 on an AVX2-only CPU)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sqlenv.dtype import choose_dtype
 
     if spec is None:
         base = REPO / "models" / "base"
@@ -75,8 +80,9 @@ def load_model(spec: str | None, dtype: str):
             from sqlenv.train.tiny_model import build_tiny_model
 
             spec = str(build_tiny_model(Path(tempfile.gettempdir()) / "sqlenv-bench-tiny"))
-    model = AutoModelForCausalLM.from_pretrained(spec, dtype=getattr(torch, dtype))
-    return model, AutoTokenizer.from_pretrained(spec), spec
+    choice = choose_dtype(dtype, spec)
+    model = AutoModelForCausalLM.from_pretrained(spec, dtype=getattr(torch, choice.dtype))
+    return model, AutoTokenizer.from_pretrained(spec), spec, choice
 
 
 def timed_run(model, tokenizer, questions, batch_size: int, **kwargs) -> tuple[list, float]:
@@ -103,7 +109,8 @@ def summary(records, seconds: float) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="HF model folder (default: models/base, else the tiny model)")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES,
+                        help="compute dtype; auto: the faster at the model's shapes on this CPU, as the stages choose")
     parser.add_argument("--n", type=int, default=50, help="episodes per side")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=96, help="per turn")
@@ -119,14 +126,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
+    import bench_machine
     import torch
-    from bench_grpo import git_commit
 
-    from pipeline import machine
     from sqlenv.decode import ModelGenerator
 
     questions, db_dir, source = load_questions(args.n, args.questions, args.db_dir)
-    model, tokenizer, spec = load_model(args.model, args.dtype)
+    model, tokenizer, spec, dtype = load_model(args.model, args.dtype)
     common = dict(
         db_dir=db_dir,
         env_config=EnvConfig(),
@@ -135,19 +141,13 @@ def main(argv: list[str] | None = None) -> dict:
         max_total_tokens=args.max_total_tokens,
         parser=args.parser,
     )
-    sha, dirty = git_commit()
-    facts = machine.facts()
-    load_before = os.getloadavg()
+    machine_record = bench_machine.record()
     timed_run(model, tokenizer, questions[:1], 1, **{**common, "max_turns": 1})  # warm-up: first-call costs
     batched, t_bat = timed_run(model, tokenizer, questions, args.batch_size, **common)
     result = {
         "model": spec,
-        "git_commit": sha,
-        "git_dirty": dirty,
-        "cpu_model": facts["system/cpu_model"],
-        "nproc": os.cpu_count(),
-        "machine": facts,
-        "dtype": args.dtype,
+        **machine_record,
+        "dtype": dtype.as_dict(),
         "questions": source,
         "n": len(questions),
         "batch_size": args.batch_size,
@@ -155,7 +155,6 @@ def main(argv: list[str] | None = None) -> dict:
         "max_turns": args.max_turns,
         "parser": args.parser,
         "torch_threads": torch.get_num_threads(),
-        "loadavg_before": load_before,
         "batched": summary(batched, t_bat),
     }
 

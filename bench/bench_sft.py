@@ -24,7 +24,6 @@ import dataclasses
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -36,10 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
-from bench_grpo import _reset_peak_rss, _vm_hwm_mb, git_commit  # noqa: E402
+import bench_machine  # noqa: E402
+from bench_grpo import _reset_peak_rss, _vm_hwm_mb  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-from pipeline import machine  # noqa: E402
 from pipeline.io import print_json  # noqa: E402
 from pipeline.params import load_params  # noqa: E402
 from sqlenv.dtype import choose_dtype  # noqa: E402
@@ -152,13 +151,10 @@ def main(argv: list[str] | None = None) -> dict:
     sft = dict(params["sft"])
     per_step = sft["batch_size"] * sft["gradient_accumulation_steps"]
     records, label = records_for(args.data, scratch, sft, params["seed"], args.steps * per_step)
-    sha, dirty = git_commit()
-    facts = machine.facts()
     result: dict[str, Any] = {
         "model": model, "params": str(args.params), "trajectories": label, "steps": args.steps,
-        "repeats": args.repeats, "sequences_per_step": per_step, "git_commit": sha, "git_dirty": dirty,
-        "dtype": dtype.as_dict(), "cpu_model": facts["system/cpu_model"], "nproc": os.cpu_count(), "machine": facts,
-        "torch_threads": torch.get_num_threads(), "python": platform.python_version(), "loadavg_before": os.getloadavg(),
+        "repeats": args.repeats, "sequences_per_step": per_step, "dtype": dtype.as_dict(),
+        **bench_machine.record(), "torch_threads": torch.get_num_threads(),
     }  # fmt: skip
     runs: list[dict[str, Any]] = []
     for i in range(args.repeats):

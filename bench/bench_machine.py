@@ -1,0 +1,84 @@
+"""What every benchmark's JSON records about where it ran: the commit, the CPU, its threads and its load.
+
+The CPU's model name alone does not say how fast a matmul is: three machines of this project's kind gave
+`lscpu` names of two words, and two of them share one ("AMD EPYC") while a bf16 matmul at the model's
+shapes ran 2.5x *faster* than fp32 on one (AVX-512 BF16) and 66x *slower* on the other (AVX2 only, which
+torch runs in bf16 without hardware support). `cpu_isa` records the family, model and the matmul flags
+next to the name, so a figure can be told apart by the hardware that made it.
+
+Light on purpose (no torch, no transformers): `bench_env` times microseconds and starts in a second.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
+    sys.path.insert(0, str(REPO))
+
+from pipeline import machine  # noqa: E402
+
+# The flags that decide which matmul kernels a CPU can run: AVX2/FMA (fp32), AVX-512, bf16 in AVX-512
+# and in AMX tiles, fp16 in AVX-512.
+MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
+def cpu_isa(cpuinfo: str | None = None) -> dict[str, Any]:
+    """Vendor, family, model and the `MATMUL_FLAGS` present, from the first processor of /proc/cpuinfo
+    (or the text `cpuinfo`); empty where there is none (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return {}
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block is enough: a VM's vCPUs are alike
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip().lower(), value.strip())
+    if not fields:
+        return {}
+    flags = set(fields.get("flags", "").split())
+    return {
+        "vendor": fields.get("vendor_id"),
+        "family": fields.get("cpu family"),
+        "model": fields.get("model"),
+        "matmul_flags": [flag for flag in MATMUL_FLAGS if flag in flags],
+    }
+
+
+def git_commit() -> tuple[str, bool]:
+    # pipeline.tracking.git_commit says the same, but importing it imports mlflow (seconds on this CPU).
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        return sha, bool(status.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", False
+
+
+def record() -> dict[str, Any]:
+    """The fields a benchmark's JSON opens with. Call it after importing torch, if the benchmark uses it:
+    `machine.facts()` then records torch's threads too."""
+    sha, dirty = git_commit()
+    facts = machine.facts()
+    return {
+        "git_commit": sha,
+        "git_dirty": dirty,
+        "cpu_model": facts["system/cpu_model"],
+        "cpu": cpu_isa(),
+        "nproc": os.cpu_count(),
+        "machine": facts,
+        "python": platform.python_version(),
+        "loadavg_before": os.getloadavg(),
+    }

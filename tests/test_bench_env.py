@@ -1,0 +1,55 @@
+"""Guards bench/bench_env.py and the machine facts every benchmark records (bench/bench_machine.py): the JSON
+holds what the README quotes, says which commit and which CPU made it, and the CPU facts tell apart two CPUs
+that share a model name."""
+
+import json
+
+from fixtures_env import spider_dir  # noqa: F401
+
+from bench_scripts import load_bench
+
+# /proc/cpuinfo's first lines on two machines that both call themselves "AMD EPYC" (flags shortened)
+EPYC_AVX2 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+flags\t\t: fpu sse sse2 fma avx f16c avx2 bmi2
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+flags\t\t: fpu sse sse2 fma avx f16c avx2 bmi2 avx512f avx512_bf16
+"""
+EPYC_BF16 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+flags\t\t: fpu fma avx2 avx512f avx512_bf16 avx512_vnni
+"""
+
+
+def test_cpu_facts_tell_apart_two_cpus_of_one_name():
+    facts = load_bench("bench_machine")
+    avx2, bf16 = facts.cpu_isa(EPYC_AVX2), facts.cpu_isa(EPYC_BF16)
+    assert avx2 == {"vendor": "AuthenticAMD", "family": "25", "model": "17", "matmul_flags": ["avx2", "fma"]}
+    assert bf16["matmul_flags"] == ["avx2", "fma", "avx512f", "avx512_bf16"] and bf16["model"] == "1"
+    assert facts.cpu_isa("") == {}
+
+
+def test_bench_env_reports_both_workloads_and_where_it_ran(spider_dir, tmp_path):  # noqa: F811
+    bench = load_bench("bench_env")
+    out = tmp_path / "env.json"
+    assert bench.main(["--spider-dir", str(spider_dir), "--rounds", "1", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    for key in ("git_commit", "git_dirty", "cpu_model", "cpu", "nproc", "machine", "loadavg_before", "loadavg_after",
+                "query_ratio", "sandbox_ratio", "env_overhead_us_per_step", "target_query_ratio"):  # fmt: skip
+        assert key in result, key
+    assert result["questions"] > 500 and result["mixed"]["queries"] == 2 * result["mixed"]["questions"]
+    # the env does more than raw sqlite3 on the same statement, whatever the machine
+    assert result["query_ratio"] > 1.0 and result["mixed"]["query_ratio"] > 1.0
+
+
+def test_bench_env_refuses_a_folder_without_spider(tmp_path, capsys):
+    assert load_bench("bench_env").main(["--spider-dir", str(tmp_path)]) == 2
+    assert "no Spider data" in capsys.readouterr().err
