@@ -1,10 +1,11 @@
 """What every benchmark's JSON records about where it ran: the commit, the CPU, its threads and its load.
 
-The CPU's model name alone does not say how fast a matmul is: three machines of this project's kind gave
-`lscpu` names of two words, and two of them share one ("AMD EPYC") while a bf16 matmul at the model's
-shapes ran 2.5x *faster* than fp32 on one (AVX-512 BF16) and 66x *slower* on the other (AVX2 only, which
-torch runs in bf16 without hardware support). `cpu_isa` records the family, model and the matmul flags
-next to the name, so a figure can be told apart by the hardware that made it.
+The CPU's model name alone does not say how fast a matmul is. Two machines of this project's kind both
+report "AMD EPYC", family 25, model 17 (2 vCPUs under KVM), yet a bf16 matmul at the model's shapes ran
+2.5x *faster* than fp32 on one, whose hypervisor passes AVX-512 BF16 through, and 66-69x *slower* on the
+other, which sees AVX2 only (torch then computes bf16 without hardware support). `cpu_isa` records the
+family, model and the matmul flags next to the name, so a figure can be told apart by the hardware that
+made it.
 
 Light on purpose (no torch, no transformers): `bench_env` times microseconds and starts in a second.
 """

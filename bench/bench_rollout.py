@@ -66,7 +66,7 @@ def load_questions(n: int, path: Path | None = None, db_dir: Path | None = None)
 
 def load_model(spec: str | None, dtype: str):
     """(model, tokenizer, its folder, the `DtypeChoice` it computes in): `dtype` resolved as the stages resolve
-    `model.dtype` (`auto` times both at the model's shapes: bf16 ran 66x slower than fp32 on an AVX2-only CPU)."""
+    `model.dtype` (`auto` times both at the model's shapes: bf16 ran 66-69x slower than fp32 on an AVX2-only CPU)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
