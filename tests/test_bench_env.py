@@ -9,7 +9,8 @@ from fixtures_env import spider_dir  # noqa: F401
 from bench_scripts import load_bench
 
 # /proc/cpuinfo's first lines on two machines that both call themselves "AMD EPYC" family 25 model 17 (flags
-# shortened): the hypervisor passes AVX-512 BF16 through on one and not on the other
+# shortened): the hypervisor passes AVX-512 BF16 through on one and not on the other. The second block of the
+# first text lists other flags: only the first processor is read.
 EPYC_AVX2 = """processor\t: 0
 vendor_id\t: AuthenticAMD
 cpu family\t: 25
