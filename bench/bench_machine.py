@@ -30,22 +30,14 @@ from pipeline import machine  # noqa: E402
 MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
 
 
-def cpu_isa(cpuinfo: str | None = None) -> dict[str, Any]:
-    """Vendor, family, model and the `MATMUL_FLAGS` present, from the first processor of /proc/cpuinfo
-    (or the text `cpuinfo`); empty where there is none (not Linux)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return {}
+def cpu_isa(cpuinfo: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """Vendor, family, model and the `MATMUL_FLAGS` present, from the first processor listed in `cpuinfo`
+    (/proc/cpuinfo's (key, value) lines, as `pipeline.machine` reads them for `cpu_model`; a VM's vCPUs are
+    alike); empty where there is none (not Linux)."""
     fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        if not line.strip():
-            if fields:
-                break  # the first processor's block is enough: a VM's vCPUs are alike
-            continue
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip().lower(), value.strip())
+    for key, value in machine._cpuinfo() if cpuinfo is None else cpuinfo:
+        if key:  # a blank line between processors reads as ("", "")
+            fields.setdefault(key, value)  # the first processor's value of each key
     if not fields:
         return {}
     flags = set(fields.get("flags", "").split())

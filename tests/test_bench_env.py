@@ -8,27 +8,18 @@ from fixtures_env import spider_dir  # noqa: F401
 
 from bench_scripts import load_bench
 
-# /proc/cpuinfo's first lines on two machines that both call themselves "AMD EPYC" family 25 model 17 (flags
-# shortened): the hypervisor passes AVX-512 BF16 through on one and not on the other. The second block of the
-# first text lists other flags: only the first processor is read.
-EPYC_AVX2 = """processor\t: 0
-vendor_id\t: AuthenticAMD
-cpu family\t: 25
-model\t\t: 17
-model name\t: AMD EPYC
-flags\t\t: fpu sse sse2 fma avx f16c avx2 bmi2
-
-processor\t: 1
-vendor_id\t: AuthenticAMD
-flags\t\t: fpu sse sse2 fma avx f16c avx2 bmi2 avx512f avx512_bf16
-"""
-EPYC_BF16 = """processor\t: 0
-vendor_id\t: AuthenticAMD
-cpu family\t: 25
-model\t\t: 17
-model name\t: AMD EPYC
-flags\t\t: fpu fma avx2 avx512f avx512_bf16 avx512_vnni
-"""
+# /proc/cpuinfo's first lines, as `pipeline.machine` reads them, on two machines that both call themselves
+# "AMD EPYC" family 25 model 17 (flags shortened): the hypervisor passes AVX-512 BF16 through on one and not on
+# the other. The first list goes on to a second processor with other flags: only the first is read.
+EPYC_AVX2 = [
+    ("processor", "0"), ("vendor_id", "AuthenticAMD"), ("cpu family", "25"), ("model", "17"),
+    ("model name", "AMD EPYC"), ("flags", "fpu sse sse2 fma avx f16c avx2 bmi2"), ("", ""),
+    ("processor", "1"), ("vendor_id", "AuthenticAMD"), ("flags", "fpu fma avx2 avx512f avx512_bf16"),
+]  # fmt: skip
+EPYC_BF16 = [
+    ("processor", "0"), ("vendor_id", "AuthenticAMD"), ("cpu family", "25"), ("model", "17"),
+    ("model name", "AMD EPYC"), ("flags", "fpu fma avx2 avx512f avx512_bf16 avx512_vnni"),
+]  # fmt: skip
 
 
 def test_cpu_facts_tell_apart_two_cpus_of_one_name():
@@ -36,7 +27,7 @@ def test_cpu_facts_tell_apart_two_cpus_of_one_name():
     avx2, bf16 = facts.cpu_isa(EPYC_AVX2), facts.cpu_isa(EPYC_BF16)
     assert avx2 == {"vendor": "AuthenticAMD", "family": "25", "model": "17", "matmul_flags": ["avx2", "fma"]}
     assert bf16 == {**avx2, "matmul_flags": ["avx2", "fma", "avx512f", "avx512_bf16"]}  # only the flags differ
-    assert facts.cpu_isa("") == {}
+    assert facts.cpu_isa([]) == {}
 
 
 def test_bench_env_reports_both_workloads_and_where_it_ran(spider_dir, tmp_path):  # noqa: F811
