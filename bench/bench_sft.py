@@ -1,18 +1,21 @@
-"""SFT step time with the shared prompt prefix encoded once per step (`sft.shared_prefix: true`) against TRL's
-own passes (false): same trajectories, same model, same process.
+"""SFT step time and memory with one knob on against off: the shared prompt prefix encoded once per step
+(`--vary shared_prefix`, the default: against TRL's own passes) or activation checkpointing (`--vary
+activation_checkpointing`: the stage's `auto` turns it on in float32; the other knobs as params.yaml sets
+them); same trajectories, same model, same process.
 
 Both sides train `--steps` optimizer steps through the stage's builder (`sqlenv.train.sft.build_trainer`, with
 params.yaml's `sft` section and the dtype `model.dtype` resolves to, as the stage does) on the same
 trajectories: the first `steps x batch x accumulation` of the stage's own selection from
 data/sft/train.jsonl (`select_examples`), in the trainer's shuffled order (seeded: the same in both). Only
-`shared_prefix` differs. Runs alternate (`--repeats`, each side first once), so slow drift of the machine
+the varied knob differs. Runs alternate (`--repeats`, each side first once), so slow drift of the machine
 falls on both; a fresh trainer per run, the model loaded each time (its load is timed apart). A step's
 seconds run from one `on_step_end` to the next (the first from `on_train_begin`). Reported: seconds per step
 per run and their median per side, the ratio (shared / plain), the tokens each side ran through the model
 (an embedding hook counts them), the final loss of each run (equal up to float rounding: the gradients are
-the same, tests check), peak RSS per run (Linux VmHWM, reset before each run).
+the same, tests check), peak RSS per run (Linux VmHWM, reset before each run) and its ratio.
 
     .venv/bin/python bench/bench_sft.py --steps 4 --repeats 2 --out reports/bench/sft.json
+    .venv/bin/python bench/bench_sft.py --vary activation_checkpointing --steps 3 --repeats 1
     .venv/bin/python bench/bench_sft.py --model tiny --steps 2 --repeats 1     # a quick check
 """
 
@@ -42,6 +45,9 @@ from transformers import TrainerCallback  # noqa: E402
 from pipeline.io import print_json  # noqa: E402
 from pipeline.params import load_params  # noqa: E402
 from sqlenv.dtype import choose_dtype  # noqa: E402
+
+
+SIDES = {"shared_prefix": "shared_prefix", "activation_checkpointing": "checkpointing"}  # knob -> its side's name
 
 
 class StepClock(TrainerCallback):
@@ -116,6 +122,7 @@ def measure(records: list[dict], model: str, config: Any) -> dict[str, Any]:
         output = trainer.train()
     result = {
         "shared_prefix": config.shared_prefix,
+        "activation_checkpointing": bool(trainer.args.activation_checkpointing),
         "prefix_tokens": len(getattr(trainer, "_prefix_ids", [])),
         "build_s": round(build_s, 2),
         "seconds_per_step": [round(s, 3) for s in clock.seconds],
@@ -135,6 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     add_source_arguments(parser)
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per side, alternating")
+    parser.add_argument("--vary", choices=sorted(SIDES), default="shared_prefix", help="the knob on one side, off on the other")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.repeats < 1:
@@ -153,23 +161,26 @@ def main(argv: list[str] | None = None) -> dict:
     records, label = records_for(args.data, scratch, sft, params["seed"], args.steps * per_step)
     result: dict[str, Any] = {
         "model": model, "params": str(args.params), "trajectories": label, "steps": args.steps,
-        "repeats": args.repeats, "sequences_per_step": per_step, "dtype": dtype.as_dict(),
+        "repeats": args.repeats, "vary": args.vary, "sequences_per_step": per_step, "dtype": dtype.as_dict(),
         **bench_machine.record(), "torch_threads": torch.get_num_threads(),
     }  # fmt: skip
     runs: list[dict[str, Any]] = []
     for i in range(args.repeats):
-        for shared in ((True, False) if i % 2 else (False, True)):
-            fields = {**sft, "shared_prefix": shared}
+        for on in ((True, False) if i % 2 else (False, True)):
+            fields = {**sft, args.vary: on}
             config = TrainConfig.from_params(fields, seed=params["seed"], dtype=dtype.dtype, max_steps=args.steps)
             runs.append(measure(records, model, config))
     result["loadavg_after"] = os.getloadavg()
     result["runs"] = runs
-    side = {s: [r for r in runs if r["shared_prefix"] is s] for s in (True, False)}
+    side = {s: [r for r in runs if r[args.vary] is s] for s in (True, False)}
     median = {s: statistics.median(r["seconds_per_step_mean"] for r in side[s]) for s in side}
-    result["seconds_per_step_median"] = {"shared_prefix": median[True], "plain": median[False]}
-    result["ratio_shared_over_plain"] = {
+    name = SIDES[args.vary]
+    result["seconds_per_step_median"] = {name: median[True], "plain": median[False]}
+    peak = {s: side[s][0]["peak_rss_mb"] for s in side}
+    result[f"ratio_{'shared' if args.vary == 'shared_prefix' else name}_over_plain"] = {
         "seconds_per_step": median[True] / median[False],
         "tokens_run": side[True][0]["tokens_run"] / side[False][0]["tokens_run"],
+        "peak_rss_mb": peak[True] / peak[False] if peak[True] and peak[False] else None,
     }
     print_json(result, args.out)
     return result

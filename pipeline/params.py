@@ -111,6 +111,7 @@ class SFTParams:
     lora_dropout: float
     logging_steps: int
     shared_prefix: bool
+    activation_checkpointing: Literal["auto", True, False]
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class GRPOParams:
     transcripts_per_log: int
     few_shot_steps: int
     use_vllm: Literal["none", "colocate", "server"]
+    activation_checkpointing: Literal["auto", True, False]
     shared_prefix: bool
     rollout_decoder: Literal["cached", "trl"]
     mask_truncated_completions: bool
@@ -250,7 +252,7 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
         return _build(tp, value, prefix=key + ".", source=source)
     if origin is Literal:
         choices = typing.get_args(tp)
-        if value not in choices:
+        if not any(value == c and type(value) is type(c) for c in choices):  # 1 is not True
             raise ParamsError(f"{source}: '{key}' must be one of {list(choices)}, got {value!r}")
         return value
     if origin is list:

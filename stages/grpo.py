@@ -114,10 +114,12 @@ def main(phase: int) -> None:
             "model_fingerprint": fingerprint,
             "start_fingerprint": start_fp,
             "dtype": dtype.as_dict(),
+            "activation_checkpointing": bool(trainer.args.activation_checkpointing),
             "system": machine.summary(),
         }
         atomic_write_json(paths.metrics_file(stage), metrics)
         log_dtype(dtype)
+        mlflow.set_tag("activation_checkpointing", metrics["activation_checkpointing"])
         log_metrics({k: v for k, v in metrics.items() if k not in ("steps", "dtype", "system")}, prefix="final/")
         mlflow.log_dict(metrics, "metrics.json")
         mlflow.log_artifact(str(report / "curve.csv"))

@@ -78,6 +78,7 @@ def main() -> None:
                    "dtype": dtype.as_dict(), "system": machine.summary()}  # fmt: skip
         atomic_write_json(paths.metrics_file(STAGE), metrics)
         log_dtype(dtype)
+        mlflow.set_tag("activation_checkpointing", metrics["activation_checkpointing"])
         log_metrics({k: metrics[k] for k in ("dataset", "steps", "seconds_per_step", "train_wall_s")}, prefix="sft/")
         mlflow.log_metric("wall_time_s", metrics["wall_time_s"])
         mlflow.set_tag("model_fingerprint", metrics["fingerprint"])

@@ -22,3 +22,18 @@ def test_bench_trains_both_sides_on_the_same_trajectories(tmp_path):
     assert abs(shared["train_loss"] - plain["train_loss"]) < 1e-3 * abs(plain["train_loss"])
     assert len(plain["seconds_per_step"]) == len(shared["seconds_per_step"]) == 1
     assert result["ratio_shared_over_plain"]["tokens_run"] == shared["tokens_run"] / plain["tokens_run"]
+
+
+def test_bench_varies_activation_checkpointing_with_the_shared_prefix_on(tmp_path):
+    """`--vary activation_checkpointing`: both sides run the shared prefix (params.yaml), one with checkpointing; the
+    same tokens and loss, a peak-memory ratio."""
+    bench = load_bench("bench_sft")
+    result = bench.main(["--model", "tiny", "--data", str(tmp_path / "no-data"), "--steps", "1", "--repeats", "1",
+                         "--vary", "activation_checkpointing"])  # fmt: skip
+    plain, on = sorted(result["runs"], key=lambda r: r["activation_checkpointing"])
+    assert (plain["activation_checkpointing"], on["activation_checkpointing"]) == (False, True)
+    assert plain["shared_prefix"] and on["shared_prefix"] and on["tokens_run"] == plain["tokens_run"]
+    assert abs(on["train_loss"] - plain["train_loss"]) < 1e-3 * abs(plain["train_loss"])
+    ratio = result["ratio_checkpointing_over_plain"]
+    assert set(result["seconds_per_step_median"]) == {"checkpointing", "plain"} and ratio["tokens_run"] == 1.0
+    assert ratio["peak_rss_mb"] == on["peak_rss_mb"] / plain["peak_rss_mb"]

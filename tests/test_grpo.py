@@ -595,7 +595,7 @@ def test_bf16_loss_runs_under_autocast_without_adapter_input_casts_and_generatio
     assert math.isfinite(trainer.state.log_history[-1]["train_loss"])
 
 
-def _shared_prefix_trainer(tmp_path, concert_db_dir, shared: bool, **phase):  # noqa: F811
+def _shared_prefix_trainer(tmp_path, concert_db_dir, shared: bool, checkpointing=False, **phase):  # noqa: F811
     from sqlenv.train.tiny_model import build_tiny_model
 
     tiny = build_tiny_model(tmp_path / "tiny", dtype="float32")
@@ -604,24 +604,27 @@ def _shared_prefix_trainer(tmp_path, concert_db_dir, shared: bool, **phase):  # 
     p = repo_params()
     p["model"]["dtype"] = "float32"
     p["grpo"].update(batch_size=1, gradient_accumulation_steps=6, lora_r=4, lora_alpha=8, checkpoint_every=10,
-                     shared_prefix=shared)  # fmt: skip
+                     shared_prefix=shared, activation_checkpointing=checkpointing)  # fmt: skip
     p["grpo_phase1"].update(**{"beta": 0.04, "max_steps": 2, "num_generations": 3, "learning_rate": 1e-3, **phase})
     trainer = build_trainer(phase_settings(phase_sections(p, 1), 1), model_path=tiny, questions_file=questions,
-                            db_dir=concert_db_dir, checkpoint_dir=tmp_path / f"ck-{shared}")  # fmt: skip
+                            db_dir=concert_db_dir, checkpoint_dir=tmp_path / f"ck-{shared}-{checkpointing}")  # fmt: skip
     return trainer, tiny
 
 
-def test_shared_prefix_passes_give_trls_gradients_and_run_the_prefix_once(tmp_path, concert_db_dir):  # noqa: F811
+@pytest.mark.parametrize("checkpointing", [False, "auto"])
+def test_shared_prefix_passes_give_trls_gradients_and_run_the_prefix_once(tmp_path, concert_db_dir, checkpointing):  # noqa: F811
     """`grpo.shared_prefix`: each rollout's log-prob passes run without padding, after the prompt prefix the
     step's rollouts share, encoded once per pass kind (the loss's, with gradient; the KL reference's, without).
     Two real steps (scripted turns, beta > 0, so the reference pass and, in step 2, the KL gradient count) hand
-    the optimizer the gradients of TRL's padded passes. Fails if the prefix's gradient is dropped
-    (`SharedPrefix.finish`), if the prefix runs per rollout, or if a rollout's positions are misaligned."""
+    the optimizer the gradients of TRL's padded passes without activation checkpointing. Fails if the prefix's
+    gradient is dropped (`SharedPrefix.finish`), if the prefix runs per rollout, or if a rollout's positions are
+    misaligned. `auto` (float32 here): the shared side replays its layers in the backward (activation
+    checkpointing) and must keep attending to the prefix's cache (`replayable_under_checkpointing`)."""
     from transformers import AutoTokenizer, TrainerCallback
 
     runs = {}
     for shared in (False, True):
-        trainer, tiny = _shared_prefix_trainer(tmp_path, concert_db_dir, shared)
+        trainer, tiny = _shared_prefix_trainer(tmp_path, concert_db_dir, shared, checkpointing if shared else False)
         grads, lengths = [], []
 
         class Grads(TrainerCallback):
@@ -637,6 +640,7 @@ def test_shared_prefix_passes_give_trls_gradients_and_run_the_prefix_once(tmp_pa
     (plain, grads_plain, lengths_plain), (shared, grads_shared, lengths_shared) = runs[False], runs[True]
     prefix = len(shared._prefix_ids)
     assert prefix > 100 and not plain.shared_prefix
+    assert shared.args.activation_checkpointing is bool(checkpointing) and not plain.args.activation_checkpointing
     # per step: 6 rollouts x (reference + loss) passes; shared: + one prefix per pass kind
     assert len(lengths_plain) == 2 * 12 and lengths_plain.count(prefix) == 0
     assert len(lengths_shared) == 2 * 14 and lengths_shared.count(prefix) == 4

@@ -349,21 +349,21 @@ def test_inspect_sft_renders_with_the_models_template_kwargs(tiny_models, world,
     assert "template qwen3_8_training enable_thinking=False" in out and "Reasoning effort" not in out
 
 
-def _train_recording(tiny, world, tmp_path, shared: bool, steps: int = 2):
+def _train_recording(tiny, world, tmp_path, shared: bool, steps: int = 2, checkpointing=False):
     """Train `steps` SFT steps (2 trajectories each, float32); per step the trainable gradients the optimizer is
     handed, and the length of every sequence the model embedded."""
     from transformers import TrainerCallback
 
     dataset, _ = build_dataset(world[2][:4], AutoTokenizerFor(tiny), max_length=4096)
     config = TrainConfig(max_steps=steps, gradient_accumulation_steps=2, learning_rate=1e-3, max_length=4096,
-                         dtype="float32", shared_prefix=shared)  # fmt: skip
+                         dtype="float32", shared_prefix=shared, activation_checkpointing=checkpointing)  # fmt: skip
     grads, lengths = [], []
 
     class Grads(TrainerCallback):
         def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
             grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
 
-    trainer = build_trainer(tiny, dataset, config, tmp_path / f"out-{shared}", callbacks=[Grads()])
+    trainer = build_trainer(tiny, dataset, config, tmp_path / f"out-{shared}-{checkpointing}", callbacks=[Grads()])
     trainer.model.get_input_embeddings().register_forward_pre_hook(lambda m, a: lengths.append(a[0].shape[-1]))
     with compact_lm_head():
         trainer.train()
@@ -394,3 +394,31 @@ def test_shared_prefix_gives_the_same_gradients_and_encodes_the_prefix_once_per_
             torch.testing.assert_close(step_shared[name], step_plain[name], rtol=1e-3, atol=1e-6)
     losses = [[e["loss"] for e in t.state.log_history if "loss" in e] for t in (plain, shared)]
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+
+
+def test_activation_checkpointing_keeps_the_shared_prefix_and_the_gradients(tiny, world, tmp_path):
+    """In float32 `sft.activation_checkpointing: auto` turns checkpointing on, and the backward replays every decoder
+    layer. The suffixes must still attend to the shared prefix's cache in the forward and in the replay: the
+    gradients are those of TRL's plain passes without checkpointing. Fails if transformers drops the cache from a
+    checkpointed layer (`shared_prefix.replayable_under_checkpointing` not applied, or its attribute renamed), or
+    if the replay extends the cache a second time (`PrefixCache`)."""
+    plain, grads_plain, _ = _train_recording(tiny, world, tmp_path, shared=False, checkpointing=False)
+    both, grads_both, lengths = _train_recording(tiny, world, tmp_path, shared=True, checkpointing="auto")
+    assert both.args.activation_checkpointing and not plain.args.activation_checkpointing
+    n = len(both._prefix_ids)
+    assert n > 100 and lengths.count(n) == 2  # the prefix still runs once per step (a replay embeds nothing)
+    assert all(layer._can_checkpoint_with_cache for layer in both.model.base_model.model.model.layers)
+    for step_plain, step_both in zip(grads_plain, grads_both, strict=True):
+        assert step_plain.keys() == step_both.keys()
+        for name in step_plain:
+            torch.testing.assert_close(step_both[name], step_plain[name], rtol=1e-3, atol=1e-6)
+
+
+def test_activation_checkpointing_is_on_in_float32_only_by_default():
+    from sqlenv.train.checkpointing import activation_checkpointing
+
+    assert activation_checkpointing("auto", "float32") and not activation_checkpointing("auto", "bfloat16")
+    assert activation_checkpointing(True, "bfloat16") and not activation_checkpointing(False, "float32")
+    for bad in ("yes", 1, None):
+        with pytest.raises(ValueError, match="activation_checkpointing"):
+            activation_checkpointing(bad, "float32")

@@ -30,9 +30,10 @@ What this module builds, and what it guards:
 - What a run leaves behind (checkpoints and resume, the merged model, curve, transcripts) lives in
   `sqlenv.train.grpo_outputs`.
 
-- Speed on CPU: the model is loaded in `model.dtype` (bf16); the loss's forward pass runs under bf16
-  autocast, generation without (`loss_autocast` in `build_trainer`); activation
-  checkpointing is off (memory is ample for 0.5B: 4.4 / 5.3 GB peak in phase 1 / 2 at the defaults);
+- Speed on CPU: the model is loaded in the dtype `model.dtype` resolves to; in bf16 the loss's forward pass
+  runs under bf16 autocast, generation without (`loss_autocast` in `build_trainer`); activation
+  checkpointing follows `grpo.activation_checkpointing` (`sqlenv.train.checkpointing`: by default on in
+  float32 only: phase 1 peaked at 9.1 GB in float32 without it, 5.5 GB in bf16);
   `train.trl_patches.compact_lm_head` stops TRL from pushing every prompt position through the LM head.
 
 Not guarded: GRPO on a CPU is slow. Measured (Qwen2.5-0.5B, idle 2-core machine, 4 rollouts of one
@@ -60,8 +61,14 @@ from sqlenv.env.environment import EnvConfig
 from sqlenv.env.rewards import COMPONENTS
 from sqlenv.env.trl_adapter import SQLAgentEnv, SQLAnswerAgentEnv, agent_env_class
 from sqlenv.provenance import chat_template_kwargs
+from sqlenv.train.checkpointing import activation_checkpointing
 from sqlenv.train.processes import world_size
-from sqlenv.train.shared_prefix import SharedPrefix, common_prefix_length, usable_length
+from sqlenv.train.shared_prefix import (
+    SharedPrefix,
+    common_prefix_length,
+    replayable_under_checkpointing,
+    usable_length,
+)
 from sqlenv.types import Question, strict_kwargs
 
 STAGES = {1: "grpo_phase1", 2: "grpo_phase2"}
@@ -115,6 +122,7 @@ class PhaseSettings:
     rollout_decoder: str  # cached (our KV-cached decode loop for each turn) | trl (TRL's transformers generate)
     mask_truncated_completions: bool  # TRL's: a rollout cut off at max_completion_length leaves the loss
     shared_prefix: bool  # log-prob passes without padding, the step's shared prompt prefix encoded once (one process)
+    activation_checkpointing: str | bool  # auto (on when computing in float32) | true | false (`train.checkpointing`)
     transcripts_every: int
     transcripts_per_log: int
     dtype: str
@@ -321,6 +329,8 @@ def _trainer_class():
             # Under DDP the last micro-batch's backward all-reduces the gradients before the shared prefix's
             # share could be added (`sqlenv.train.shared_prefix`): one process only.
             self.shared_prefix = shared_prefix and self.accelerator.num_processes == 1
+            if self.shared_prefix and self.args.activation_checkpointing:
+                replayable_under_checkpointing(self.model)
             self._prefix_ids: list[int] = []  # the prompt prefix every rollout of the current generation batch opens with
             self._step_prefix = None  # its SharedPrefix under the current weights, with gradient (one optimizer step)
             self.few_shot_system = few_shot_system
@@ -576,7 +586,8 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
         # a CPU the trainer autocasts the loss's forward pass only (`loss_autocast`, see build_trainer).
         bf16=settings.dtype == "bfloat16" and _cuda(),
         use_cpu=not _cuda(),  # also what makes several CPU processes join as one (accelerate's MULTI_CPU, gloo)
-        activation_checkpointing=False,  # micro-batch 1, loss autocast: 5.3 GB phase-2 peak; recomputing cost SFT ~40 % a step
+        # In bf16 (micro-batch 1, loss autocast) phase 2 peaked at 6.0 GiB without; float32 needs it (`train.checkpointing`).
+        activation_checkpointing=activation_checkpointing(settings.activation_checkpointing, settings.dtype),
         disable_dropout=True,
         logging_steps=settings.logging_steps,
         save_strategy="steps",

@@ -49,8 +49,14 @@ from sqlenv.provenance import (
     read_provenance,
     untrained_token_ids,
 )
+from sqlenv.train.checkpointing import activation_checkpointing
 from sqlenv.train.merge import TOOL_TAGS, save_trained, tag_rows
-from sqlenv.train.shared_prefix import SharedPrefix, common_prefix_length, usable_length
+from sqlenv.train.shared_prefix import (
+    SharedPrefix,
+    common_prefix_length,
+    replayable_under_checkpointing,
+    usable_length,
+)
 from sqlenv.train.trl_patches import compact_lm_head
 from sqlenv.types import stable_hash, strict_kwargs
 
@@ -72,6 +78,7 @@ class TrainConfig:
     lora_dropout: float = 0.0
     logging_steps: int = 2
     shared_prefix: bool = True
+    activation_checkpointing: str | bool = "auto"  # auto: on when computing in float32 (`train.checkpointing`)
     seed: int = 0
     dtype: str = "bfloat16"
     max_steps: int = -1  # > 0 overrides epochs (tests)
@@ -220,10 +227,11 @@ def build_trainer(
 ):
     """An SFTTrainer over `dataset` (from `build_dataset`) for the model folder `model_path`.
 
-    The model is loaded in `config.dtype` (a bf16 LoRA step is ~4x faster than float32 on the 2-core CPU;
-    TRL would load float32 from a path). Activation (gradient) checkpointing, on by default in TRL, is off:
-    it would add a forward pass to every step (measured on the 6 longest episodes, ~1,400 tokens: 7.3 GB
-    peak and 30 s a step without, 3.9 GB and 42 s with). The heap is trimmed after every step
+    The model is loaded in `config.dtype` (bf16 or float32, whichever `model.dtype: auto` measured faster on
+    this CPU; TRL would load float32 from a path). Activation checkpointing, on by default in TRL, follows
+    `config.activation_checkpointing` (`sqlenv.train.checkpointing`: by default on in float32 only, where
+    the memory is; in bf16 it would add a forward pass to every step: measured on the 6 longest episodes,
+    ~1,400 tokens: 7.3 GB peak and 30 s a step without, 3.9 GB and 42 s with). The heap is trimmed after every step
     (`sqlenv.train.heap`), so freed activations do not pile up (default run: 9.8 GB peak before, 8.5 GB
     after). In bf16 the Trainer runs the model under autocast, where peft's cast of each LoRA input to the
     fp32 adapters is undone at once: `sqlenv.train.adapters` skips it (6 longest episodes: 6.45 -> 5.87 GB
@@ -237,6 +245,7 @@ def build_trainer(
     from sqlenv.train.adapters import skip_casts_under_autocast
     from sqlenv.train.heap import trim_callback
 
+    checkpointing = activation_checkpointing(config.activation_checkpointing, config.dtype)
     # The LoRA matrices are initialised here, before the Trainer seeds anything: seed first, so the
     # same params give the same adapters whatever the process did before.
     set_seed(config.seed)
@@ -276,7 +285,7 @@ def build_trainer(
         data_seed=config.seed,
         bf16=config.dtype == "bfloat16",
         use_cpu=on_cpu,
-        activation_checkpointing=False,  # (transformers 5.24 name of gradient_checkpointing; TRL defaults it on)
+        activation_checkpointing=checkpointing,  # (transformers 5.24's name of gradient_checkpointing)
         dataloader_num_workers=0,
         disable_tqdm=False,
     )
@@ -314,6 +323,8 @@ def _trainer_class() -> type:
             on = shared_prefix and self.accelerator.num_processes == 1
             self._prefix_ids = dataset_prefix(self.train_dataset) if on else []
             self._step_prefix = None
+            if self._prefix_ids and self.args.activation_checkpointing:
+                replayable_under_checkpointing(self.model)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             # The suffix after the shared prefix, attending to the prefix's cache; the attention mask keeps its
@@ -378,6 +389,7 @@ class SFTResult:
     steps: int
     train_wall_s: float
     seconds_per_step: float
+    activation_checkpointing: bool
     curve: list[dict[str, Any]]
     provenance: dict[str, Any]
 
@@ -445,6 +457,7 @@ def _result(stats: DatasetStats, output: Any, trainer: Any, wall: float, curve: 
         steps=steps,
         train_wall_s=round(wall, 1),
         seconds_per_step=round(wall / steps, 2) if steps else 0.0,
+        activation_checkpointing=bool(trainer.args.activation_checkpointing),
         curve=curve,
         provenance=provenance,
     )

@@ -27,10 +27,17 @@ What it guards, and what the callers (`sqlenv.train.sft`, `sqlenv.train.grpo`) m
   in the step's last micro-batch.
 Positions: the suffix continues at the prefix's length (the model derives positions from the cache), where
 TRL's padded batch puts a row's tokens after its left padding; RoPE scores depend only on relative positions.
+
+Activation checkpointing (`replayable_under_checkpointing`): the backward replays each decoder layer's forward,
+and transformers drops a layer's cache under checkpointing unless the layer says the cache only reads —
+a cache that grows would be extended twice. The caches here never grow (`PrefixCache`): the encoding
+forward keeps the latest keys and values it is handed, a suffix's forward gets the prefix's with its own
+appended without storing them, so a replay sees what the first forward saw.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,12 +83,13 @@ class SharedPrefix:
         from sqlenv.decode import backbone
 
         device = next(model.parameters()).device
-        out = backbone(model)(input_ids=torch.tensor([list(ids)], device=device), use_cache=True)
-        layers = [(layer.keys, layer.values) for layer in out.cache.layers]
+        config = getattr(model, "config", None)
+        capture = prefix_cache_class()(config=config)  # `use_cache` is off under checkpointing: a cache of our own
+        backbone(model)(input_ids=torch.tensor([list(ids)], device=device), cache=capture, use_cache=True)
+        layers = [(layer.keys, layer.values) for layer in capture.layers]
         leaves = None
         if torch.is_grad_enabled():
             leaves = [(k.detach().float().requires_grad_(), v.detach().float().requires_grad_()) for k, v in layers]
-        config = getattr(model, "config", None)
         return cls(ids, layers, leaves, config)
 
     def starts(self, ids: Sequence[int]) -> bool:
@@ -89,14 +97,12 @@ class SharedPrefix:
         return len(ids) > self.length and list(ids[: self.length]) == self.ids
 
     def cache(self) -> Any:
-        """A fresh transformers cache holding the prefix, for one suffix forward (a forward extends its cache)."""
-        from transformers import DynamicCache
-
+        """A fresh cache holding the prefix, for one suffix forward (`PrefixCache`: it never grows)."""
         if self._leaves is None:
             data = self._layers
         else:  # the model's dtype, differentiable back to the float32 leaves
             data = [(lk.to(k.dtype), lv.to(v.dtype)) for (lk, lv), (k, v) in zip(self._leaves, self._layers, strict=True)]
-        return DynamicCache(ddp_cache_data=data, config=self._config)
+        return prefix_cache_class()(ddp_cache_data=data, config=self._config, holds_prefix=True)
 
     def finish(self) -> bool:
         """Backpropagate the gradients the suffixes left in the leaves through the prefix's graph (once).
@@ -116,3 +122,56 @@ class SharedPrefix:
             return False
         torch.autograd.backward(tensors, grads)
         return True
+
+
+@functools.cache
+def prefix_cache_class() -> type:
+    """`PrefixCache`: a transformers `DynamicCache` whose forward may be replayed (activation checkpointing).
+
+    - Empty (`SharedPrefix.encode`): each layer keeps the keys and values of its latest forward — a replay
+      puts back the same ones — and attends to them alone, as a fresh `DynamicCache` would.
+    - Holding a prefix (`holds_prefix=True`, `SharedPrefix.cache`): each layer attends to the prefix's keys and
+      values with the new tokens' appended, the same concatenation `DynamicCache` makes, but keeps the prefix
+      alone, so a replayed layer sees the same prefix, not one extended by its first forward.
+    Full-attention layers only (sliding-window layers keep a window, not a concatenation): refused otherwise.
+    """
+    import torch
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class PrefixCache(DynamicCache):
+        def __init__(self, *args: Any, holds_prefix: bool = False, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.holds_prefix = holds_prefix
+            kinds = {type(layer).__name__ for layer in self.layers if type(layer) is not DynamicLayer}
+            if kinds:
+                raise ValueError(f"the shared prefix supports full-attention cache layers only, not {sorted(kinds)}")
+
+        def update(self, key_states: Any, value_states: Any, layer_idx: int, *args: Any, **kwargs: Any):
+            while len(self.layers) <= layer_idx:  # built without a config: one layer per index, as DynamicCache does
+                self.layers.append(DynamicLayer())
+            layer = self.layers[layer_idx]
+            if self.holds_prefix:
+                return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
+            if not layer.is_initialized:
+                layer.lazy_initialization(key_states, value_states)
+            layer.keys, layer.values = key_states, value_states
+            return key_states, value_states
+
+    return PrefixCache
+
+
+def replayable_under_checkpointing(model: Any) -> int:
+    """Let `model`'s checkpointed layers keep the cache they are passed (transformers' `_can_checkpoint_with_cache`,
+    meant for layers that only read it): the caches the trainers pass under gradient are `PrefixCache`s, which a
+    replay reads unchanged. Without it transformers would drop the prefix's cache from every checkpointed layer
+    and the suffix would attend to nothing. Elsewhere under checkpointing the model builds no cache (`use_cache`
+    is forced off). Returns how many layers were marked (a test fails when transformers renames the attribute)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    marked = 0
+    for module in model.modules():
+        if isinstance(module, GradientCheckpointingLayer):
+            module._can_checkpoint_with_cache = True
+            marked += 1
+    return marked

@@ -1,0 +1,29 @@
+"""Whether a training stage recomputes activations in the backward (activation checkpointing): measured trades.
+
+`sft.activation_checkpointing` and `grpo.activation_checkpointing` take `auto` (default), `true` or `false`.
+`auto` turns it on where the stage computes in float32 — on a CPU without fast bf16 (`model.dtype: auto`
+chose float32, `sqlenv.dtype`), or when float32 is asked for — and leaves it off in bf16:
+
+- float32 holds every saved activation at twice bf16's size, and the weights too. On a 2-core AMD EPYC
+  with AVX2 only (no AVX-512, so `auto` chose float32) the default run's SFT peaked at 10.1 GB and GRPO
+  phase 1 at 9.1 GB (reports/runs/avx2_fp32_30). There SFT's first 3 steps took 39.0 -> 43.2 s a step
+  (+11 %) with it and peaked at 9.65 -> 6.77 GiB, the same loss (`checkpointing_probe.json` there).
+- In bf16 the reference runs stay under 7.2 GB without it, and recomputing cost ~40 % a step (AMD EPYC
+  with AVX-512 BF16, SFT on the 6 longest episodes): no memory problem to buy off.
+
+With the shared prefix (`sqlenv.train.shared_prefix`) the suffixes attend to a cache under checkpointing:
+`shared_prefix.replayable_under_checkpointing` says so to transformers; a test compares the gradients.
+"""
+
+from __future__ import annotations
+
+SETTINGS = ("auto", True, False)
+
+
+def activation_checkpointing(setting: str | bool, dtype: str) -> bool:
+    """The trainer's `activation_checkpointing` for a params `setting` when the stage computes in `dtype`."""
+    if setting not in SETTINGS or (setting in (0, 1) and not isinstance(setting, bool)):
+        raise ValueError(f"activation_checkpointing must be auto, true or false, got {setting!r}")
+    if setting == "auto":
+        return dtype == "float32"
+    return bool(setting)
