@@ -34,6 +34,24 @@ def test_explicit_dtype_is_used_as_given_and_bad_values_fail():
         dt.choose_dtype("fp16")
 
 
+@pytest.mark.parametrize(("bf16_ms", "rounds"), [(10.0, 1), (1.5, 5)])
+def test_the_probe_stops_once_one_dtype_has_clearly_lost(monkeypatch, bf16_ms, rounds):
+    """A CPU without bf16 instructions runs a bf16 pair ~65x slower than fp32 (1.3 s at the model's shapes): after
+    one timed round that settles it the probe stops, instead of paying five. A close race runs every round."""
+    clock = {"now": 0.0, "calls": 0}
+
+    def perf_counter():  # rounds time bf16 then fp32; each matmul pair "takes" its dtype's milliseconds
+        clock["calls"] += 1
+        if clock["calls"] % 2 == 0:
+            clock["now"] += (bf16_ms if clock["calls"] % 4 == 2 else 1.0) / 1e3
+        return clock["now"]
+
+    monkeypatch.setattr(dt.time, "perf_counter", perf_counter)
+    ms = dt.time_matmuls(32, 64, repeats=5, rows=8)
+    assert clock["calls"] == 4 * rounds
+    assert ms == pytest.approx({"bfloat16": bf16_ms, "float32": 1.0})
+
+
 def test_real_measurement_times_both_dtypes():
     ms = dt.time_matmuls(32, 64, repeats=2, rows=8)
     assert set(ms) == {"bfloat16", "float32"} and all(0 < v < 1e4 for v in ms.values())
