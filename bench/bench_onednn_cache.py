@@ -43,7 +43,6 @@ from pipeline.io import print_json  # noqa: E402
 from pipeline.params import load_params  # noqa: E402
 
 DEFAULT_CAPACITY = 1024  # oneDNN's own default
-CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -109,7 +108,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_child(args: argparse.Namespace, capacity: int) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in machine.ONEDNN_CACHE_VARS}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(capacity), "--model", args.model,
            "--params", str(args.params), "--data", str(args.data), "--steps", str(args.steps)]  # fmt: skip
     if args.tiny:

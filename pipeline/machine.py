@@ -6,7 +6,12 @@ when anything else runs, and CPU models of one machine kind differ (bf16 is fast
 core, or more threads than cores, are what makes torch collapse) and bounds oneDNN's primitive cache
 (`bound_onednn_cache`; `set_runtime` does both), then logs `facts()` as tags. It logs
 `load()` at the start and at the end, and `peak_rss_mb()` (and on a GPU the peak CUDA memory) at the end,
-as metrics (`system/...`), so a slow run shows whether it was contended. `summary()` is the same record
+as metrics (`system/...`), so a slow run shows whether it was contended.
+
+The CPU's model name alone does not say how fast a matmul is. Two machines of this project's kind both
+report "AMD EPYC", family 25, model 17 (2 vCPUs under KVM), yet a bf16 matmul at the model's shapes ran
+2.5x *faster* than fp32 on one, whose hypervisor passes AVX-512 BF16 through, and 66-69x *slower* on the
+other, which sees AVX2 only. `cpu_isa` (family, model and the matmul flags) goes beside the name. `summary()` is the same record
 for a stage's metrics.json (what the report's per-stage table and a reviewer read without MLflow).
 
 What it does not do: watch memory over time: the peak is the kernel's high-water mark of this process
@@ -23,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _cpuinfo() -> list[tuple[str, str]]:
+def cpuinfo() -> list[tuple[str, str]]:
     """(key, value) lines of /proc/cpuinfo, keys lower-cased; empty where there is none (not Linux)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -37,6 +42,29 @@ def cpu_model(cpuinfo: list[tuple[str, str]]) -> str:
     return next((v for k, v in cpuinfo if k == "model name"), None) or platform.processor() or platform.machine()
 
 
+# The flags that decide which matmul kernels a CPU can run: AVX2/FMA (fp32), AVX-512, bf16 in AVX-512
+# and in AMX tiles, fp16 in AVX-512.
+MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
+def cpu_isa(cpuinfo: list[tuple[str, str]]) -> dict[str, Any]:
+    """Vendor, family, model and the `MATMUL_FLAGS` present, from the first processor listed in `cpuinfo`
+    (a VM's vCPUs are alike); empty where there is none (not Linux)."""
+    fields: dict[str, str] = {}
+    for key, value in cpuinfo:
+        if key:  # a blank line between processors reads as ("", "")
+            fields.setdefault(key, value)  # the first processor's value of each key
+    if not fields:
+        return {}
+    flags = set(fields.get("flags", "").split())
+    return {
+        "vendor": fields.get("vendor_id"),
+        "family": fields.get("cpu family"),
+        "model": fields.get("model"),
+        "matmul_flags": [flag for flag in MATMUL_FLAGS if flag in flags],
+    }
+
+
 def physical_cores(cpuinfo: list[tuple[str, str]]) -> int | None:
     """Distinct (physical id, core id) pairs in /proc/cpuinfo; None where it does not list them."""
     cores, phys = set(), "0"
@@ -48,7 +76,8 @@ def physical_cores(cpuinfo: list[tuple[str, str]]) -> int | None:
     return len(cores) or None
 
 
-RUNTIME_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")
+ONEDNN_CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY")  # the name, then its old one
+RUNTIME_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *ONEDNN_CACHE_VARS)
 
 
 def threads() -> dict[str, str]:
@@ -61,10 +90,10 @@ def threads() -> dict[str, str]:
     return out
 
 
-def thread_count(cpuinfo: list[tuple[str, str]] | None = None) -> int:
+def thread_count(lines: list[tuple[str, str]] | None = None) -> int:
     """Threads per process: the physical cores (else the usable CPUs) shared among the data-parallel
     processes on this machine (LOCAL_WORLD_SIZE, set by `accelerate launch`), at least 1."""
-    cores = physical_cores(_cpuinfo() if cpuinfo is None else cpuinfo)
+    cores = physical_cores(cpuinfo() if lines is None else lines)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     cores = min(cores or usable, usable)
     return max(1, cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
@@ -90,7 +119,7 @@ ONEDNN_CACHE_CAPACITY = 64
 
 def bound_onednn_cache(capacity: int = ONEDNN_CACHE_CAPACITY) -> int:
     """Set oneDNN's primitive cache to `capacity` entries (ONEDNN_PRIMITIVE_CACHE_CAPACITY) unless the user set it
-    (that variable or its old name DNNL_...); returns the capacity in force.
+    (`ONEDNN_CACHE_VARS`: that variable or its old name DNNL_...); returns the capacity in force.
 
     On a CPU torch runs bf16 matmuls through oneDNN, which compiles a kernel (a primitive) for every new shape
     and keeps up to 1,024 of them with their buffers. Every SFT sequence has its own length, so each micro-batch
@@ -102,10 +131,10 @@ def bound_onednn_cache(capacity: int = ONEDNN_CACHE_CAPACITY) -> int:
     oneDNN reads the variable once, when it creates its first primitive: call this before anything computes
     (`pipeline.stage.run_stage` does); later it changes nothing in this process, only in its children.
     """
-    for var in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY"):
+    for var in ONEDNN_CACHE_VARS:
         if var in os.environ:
             return int(os.environ[var])
-    os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(capacity)
+    os.environ[ONEDNN_CACHE_VARS[0]] = str(capacity)
     return capacity
 
 
@@ -116,13 +145,16 @@ def set_runtime() -> None:
 
 
 def facts() -> dict[str, str]:
-    """Tags for a stage run: CPU model, logical CPUs, physical cores, CPUs this process may use, threads."""
-    cpuinfo = _cpuinfo()
+    """Tags for a stage run: CPU model and ISA (`cpu_isa`, as "AuthenticAMD 25/17: avx2 fma"), logical CPUs,
+    physical cores, CPUs this process may use, threads."""
+    info = cpuinfo()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    isa = cpu_isa(info)
     return {
-        "system/cpu_model": cpu_model(cpuinfo),
+        "system/cpu_model": cpu_model(info),
+        "system/cpu_isa": f"{isa['vendor']} {isa['family']}/{isa['model']}: {' '.join(isa['matmul_flags'])}" if isa else "",
         "system/logical_cpus": str(os.cpu_count()),
-        "system/physical_cores": str(physical_cores(cpuinfo)),
+        "system/physical_cores": str(physical_cores(info)),
         "system/usable_cpus": str(usable),
         **threads(),
     }
@@ -164,7 +196,8 @@ def summary() -> dict[str, Any]:
     """What a stage's metrics.json records of its machine: CPU, cores, threads, load at the start (from
     `mark_start`) and now, and the peak memory so far (`system/` dropped from the names)."""
     tags = facts()
-    record: dict[str, Any] = {k.removeprefix("system/"): tags[k] for k in ("system/cpu_model", "system/physical_cores")}
+    keys = ("system/cpu_model", "system/cpu_isa", "system/physical_cores")
+    record: dict[str, Any] = {k.removeprefix("system/"): tags[k] for k in keys}
     record.update({k.removeprefix("system/"): v for k, v in threads().items()})
     record.update({k.removeprefix("system/"): v for k, v in {**_started, **load("end"), **peak_rss_mb()}.items()})
     return record

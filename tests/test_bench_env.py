@@ -1,12 +1,14 @@
-"""Guards bench/bench_env.py and the machine facts every benchmark records (bench/bench_machine.py): the JSON
-holds what the README quotes, says which commit and which CPU made it, and the CPU facts tell apart two CPUs
-that share a model name."""
+"""Guards bench/bench_env.py and the machine facts every benchmark and stage records (bench/bench_machine.py,
+pipeline/machine.py): the JSON holds what the README quotes, says which commit and which CPU made it, and the CPU
+facts tell apart two CPUs that share a model name."""
 
 import json
 
 from fixtures_env import spider_dir  # noqa: F401
 
 from bench_scripts import load_bench
+
+from pipeline import machine
 
 # /proc/cpuinfo's first lines, as `pipeline.machine` reads them, on two machines that both call themselves
 # "AMD EPYC" family 25 model 17 (flags shortened): the hypervisor passes AVX-512 BF16 through on one and not on
@@ -22,12 +24,21 @@ EPYC_BF16 = [
 ]  # fmt: skip
 
 
-def test_cpu_facts_tell_apart_two_cpus_of_one_name():
-    facts = load_bench("bench_machine")
-    avx2, bf16 = facts.cpu_isa(EPYC_AVX2), facts.cpu_isa(EPYC_BF16)
+def test_cpu_facts_tell_apart_two_cpus_of_one_name(monkeypatch):
+    avx2, bf16 = machine.cpu_isa(EPYC_AVX2), machine.cpu_isa(EPYC_BF16)
     assert avx2 == {"vendor": "AuthenticAMD", "family": "25", "model": "17", "matmul_flags": ["avx2", "fma"]}
     assert bf16 == {**avx2, "matmul_flags": ["avx2", "fma", "avx512f", "avx512_bf16"]}  # only the flags differ
-    assert facts.cpu_isa([]) == {}
+    assert machine.cpu_isa([]) == {}
+    # What a stage's MLflow tags and metrics.json say (`facts`, `summary`), and a benchmark's JSON (`record`).
+    tags = {}
+    for lines in (EPYC_AVX2, EPYC_BF16):
+        monkeypatch.setattr(machine, "cpuinfo", lambda lines=lines: lines)
+        tags[len(tags)] = machine.facts()
+        assert machine.summary()["cpu_isa"] == tags[len(tags) - 1]["system/cpu_isa"]
+        assert load_bench("bench_machine").record()["cpu"] == machine.cpu_isa(lines)
+    assert tags[0]["system/cpu_model"] == tags[1]["system/cpu_model"] == "AMD EPYC"
+    assert (tags[0]["system/cpu_isa"], tags[1]["system/cpu_isa"]) == (
+        "AuthenticAMD 25/17: avx2 fma", "AuthenticAMD 25/17: avx2 fma avx512f avx512_bf16")
 
 
 def test_bench_env_reports_both_workloads_and_where_it_ran(spider_dir, tmp_path):  # noqa: F811

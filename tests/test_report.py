@@ -394,14 +394,17 @@ def test_cost_table_lists_each_stage_that_recorded_its_machine():
                               "settings": {"dtype": "bfloat16"}},
         "evaluate@sft_n50": {"set": "n50", "played_on": "n200", "wall_time_s": 0.0, "system": system},  # read off n200
         "grpo_phase2": {"wall_time_s": 10.0},  # from before the system block: not in the table
+        "evaluate@base_n50": {"set": "n50", "wall_time_s": 200.0,  # the same name, other flags: told apart
+                              "system": {**system, "cpu_isa": "AuthenticAMD 25/17: avx2 fma"}},
     }
     rows = stage_costs(docs)
-    assert [r["stage"] for r in rows] == ["prepare", "prepare_model", "sft_data", "sft", "grpo_phase1", "evaluate@sft_n200"]
-    assert [r["wall_s"] for r in rows] == [40.0, 45.0, 30.0, 600.0, 500.0, 300.0]
+    assert [r["stage"] for r in rows] == ["prepare", "prepare_model", "sft_data", "sft", "grpo_phase1", "evaluate@sft_n200",
+                                          "evaluate@base_n50"]  # fmt: skip
+    assert [r["wall_s"] for r in rows] == [40.0, 45.0, 30.0, 600.0, 500.0, 300.0, 200.0]
     assert rows[3]["seconds_per_step"] == 12.5 and rows[5]["dtype"] == "bfloat16" and rows[5]["steps"] is None
     table, footer = _cost_section(rows)
     assert "| prepare | 40 s | 6.0 GiB | — | 2 | 0.50 → 2.10 | — |" in table
     assert "| prepare_model | 45 s | 6.0 GiB | — | 2 | 0.50 → 2.10 | — |" in table  # it computes nothing
     assert "| sft | 600 s | 6.0 GiB | bfloat16 (1.50 / 6.00) | 2 | 0.50 → 2.10 | 48 × 12.5 s |" in table
     assert "| grpo_phase1 | 500 s | 6.8 GiB | float32 | 2 | 0.50 → 2.10 | 8 × 62.5 s, 32 distinct questions |" in table
-    assert "AMD EPYC" in footer and "25.2 min" in footer
+    assert "CPU: AMD EPYC, AMD EPYC (AuthenticAMD 25/17: avx2 fma)." in footer and "28.6 min" in footer

@@ -344,7 +344,8 @@ def _cost_section(costs: Sequence[Mapping[str, Any]]) -> list[str]:
         load = f"{_num(c.get('load1_start'))} → {_num(c.get('load1_end'))}"
         rows.append([c["stage"], f"{c['wall_s']:.0f} s" if c.get("wall_s") is not None else "—", rss,
                      f"{c.get('dtype') or '—'}{timing}", c.get("threads") or "—", load, steps])  # fmt: skip
-    cpus = sorted({str(c["cpu_model"]) for c in costs if c.get("cpu_model")})
+    # The ISA beside the name where recorded: two CPUs of one name can differ 170x in bf16 (`pipeline.machine`).
+    cpus = sorted({str(c["cpu_model"]) + (f" ({c['cpu_isa']})" if c.get("cpu_isa") else "") for c in costs if c.get("cpu_model")})
     total = sum(c["wall_s"] or 0 for c in costs)
     return [md_table(headers, rows),
             f"CPU: {', '.join(cpus) or 'unknown'}. These stages took {total / 60:.1f} min together; peak RSS is the "

@@ -225,7 +225,7 @@ def stage_costs(docs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
             "peak_cuda_mb": system.get("peak_cuda_mb"), "dtype": dtype.get("dtype") or (doc.get("settings") or {}).get("dtype"),
             "bf16_ms": dtype.get("bf16_ms"), "fp32_ms": dtype.get("fp32_ms"), "threads": system.get("torch_threads"),
             "load1_start": system.get("load1_start"), "load1_end": system.get("load1_end"),
-            "cpu_model": system.get("cpu_model"), "steps": doc.get("steps") if stage in TRAINING_STAGES else None,
+            "cpu_model": system.get("cpu_model"), "cpu_isa": system.get("cpu_isa"), "steps": doc.get("steps") if stage in TRAINING_STAGES else None,
             "seconds_per_step": doc.get("seconds_per_step"),
             "distinct_questions": doc.get("distinct_questions"),
         })  # fmt: skip
