@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.repeats < 1:
         parser.error("--steps and --repeats must be >= 1")
+    bench_machine.stage_runtime()  # the stages' threads and oneDNN cache, before anything computes
 
     import torch
 
