@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> dict:
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     if args.steps < 1 or not names or set(names) - set(CONFIGS):
         parser.error(f"--steps must be >= 1 and --configs a list of {sorted(CONFIGS)}")
-    bench_machine.stage_runtime()  # the stages' threads and oneDNN cache, before anything computes
+    machine.set_runtime()  # the stages' threads and oneDNN cache bound, before anything computes (oneDNN reads it once)
 
     import torch
 

@@ -34,13 +34,6 @@ def git_commit() -> tuple[str, bool]:
         return "unknown", False
 
 
-def stage_runtime() -> None:
-    """Set what `pipeline.stage.run_stage` sets before a stage computes (`machine.set_runtime`: torch's threads
-    from the physical cores, oneDNN's primitive cache bounded), so that a benchmark times what the stages run.
-    Call it before the first matmul: oneDNN reads its cache size once."""
-    machine.set_runtime()
-
-
 def record() -> dict[str, Any]:
     """The fields a benchmark's JSON opens with. Call it after importing torch, if the benchmark uses it:
     `machine.facts()` then records torch's threads too."""

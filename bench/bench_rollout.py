@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a plain script from anywhere, package installed or not
     sys.path.insert(0, str(REPO))
 
+from pipeline import machine  # noqa: E402
 from pipeline.io import print_json  # noqa: E402
 from sqlenv.dtype import DTYPES  # noqa: E402
 from sqlenv.env.environment import EnvConfig  # noqa: E402
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
     import bench_machine
     import torch
 
-    bench_machine.stage_runtime()  # the stages' threads and oneDNN cache, before anything computes
+    machine.set_runtime()  # the stages' threads and oneDNN cache bound, before anything computes (oneDNN reads it once)
 
     from sqlenv.decode import ModelGenerator
 

@@ -42,12 +42,17 @@ import bench_machine  # noqa: E402
 from bench_grpo import _reset_peak_rss, _vm_hwm_mb  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
+from pipeline import machine  # noqa: E402
 from pipeline.io import print_json  # noqa: E402
 from pipeline.params import load_params  # noqa: E402
 from sqlenv.dtype import choose_dtype  # noqa: E402
 
 
-SIDES = {"shared_prefix": "shared_prefix", "activation_checkpointing": "checkpointing"}  # knob -> its side's name
+# The knob `--vary` turns on for one side -> (that side's name in the JSON, the key of the on/off ratios).
+SIDES = {
+    "shared_prefix": ("shared_prefix", "ratio_shared_over_plain"),
+    "activation_checkpointing": ("checkpointing", "ratio_checkpointing_over_plain"),
+}
 
 
 class StepClock(TrainerCallback):
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.repeats < 1:
         parser.error("--steps and --repeats must be >= 1")
-    bench_machine.stage_runtime()  # the stages' threads and oneDNN cache, before anything computes
+    machine.set_runtime()  # the stages' threads and oneDNN cache bound, before anything computes (oneDNN reads it once)
 
     import torch
 
@@ -175,10 +180,10 @@ def main(argv: list[str] | None = None) -> dict:
     result["runs"] = runs
     side = {s: [r for r in runs if r[args.vary] is s] for s in (True, False)}
     median = {s: statistics.median(r["seconds_per_step_mean"] for r in side[s]) for s in side}
-    name = SIDES[args.vary]
+    name, ratio_key = SIDES[args.vary]
     result["seconds_per_step_median"] = {name: median[True], "plain": median[False]}
     peak = {s: side[s][0]["peak_rss_mb"] for s in side}
-    result[f"ratio_{'shared' if args.vary == 'shared_prefix' else name}_over_plain"] = {
+    result[ratio_key] = {
         "seconds_per_step": median[True] / median[False],
         "tokens_run": side[True][0]["tokens_run"] / side[False][0]["tokens_run"],
         "peak_rss_mb": peak[True] / peak[False] if peak[True] and peak[False] else None,

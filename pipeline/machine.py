@@ -6,13 +6,13 @@ when anything else runs, and CPU models of one machine kind differ (bf16 is fast
 core, or more threads than cores, are what makes torch collapse) and bounds oneDNN's primitive cache
 (`bound_onednn_cache`; `set_runtime` does both), then logs `facts()` as tags. It logs
 `load()` at the start and at the end, and `peak_rss_mb()` (and on a GPU the peak CUDA memory) at the end,
-as metrics (`system/...`), so a slow run shows whether it was contended.
+as metrics (`system/...`), so a slow run shows whether it was contended. `summary()` is the same record
+for a stage's metrics.json (what the report's per-stage table and a reviewer read without MLflow).
 
 The CPU's model name alone does not say how fast a matmul is. Two machines of this project's kind both
 report "AMD EPYC", family 25, model 17 (2 vCPUs under KVM), yet a bf16 matmul at the model's shapes ran
 2.5x *faster* than fp32 on one, whose hypervisor passes AVX-512 BF16 through, and 66-69x *slower* on the
-other, which sees AVX2 only. `cpu_isa` (family, model and the matmul flags) goes beside the name. `summary()` is the same record
-for a stage's metrics.json (what the report's per-stage table and a reviewer read without MLflow).
+other, which sees AVX2 only. `cpu_isa` (family, model and the matmul flags) goes beside the name.
 
 What it does not do: watch memory over time: the peak is the kernel's high-water mark of this process
 and of its waited-for children.

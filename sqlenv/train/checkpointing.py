@@ -17,12 +17,10 @@ With the shared prefix (`sqlenv.train.shared_prefix`) the suffixes attend to a c
 
 from __future__ import annotations
 
-SETTINGS = ("auto", True, False)
-
 
 def activation_checkpointing(setting: str | bool, dtype: str) -> bool:
     """The trainer's `activation_checkpointing` for a params `setting` when the stage computes in `dtype`."""
-    if setting not in SETTINGS or (setting in (0, 1) and not isinstance(setting, bool)):
+    if setting != "auto" and not isinstance(setting, bool):  # 1 and "true" are neither
         raise ValueError(f"activation_checkpointing must be auto, true or false, got {setting!r}")
     if setting == "auto":
         return dtype == "float32"

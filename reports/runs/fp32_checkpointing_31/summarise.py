@@ -41,7 +41,7 @@ out = {
     'plan': 'PLAN.md (written before the measurements)',
     'date': '2026-12-04',
     'commit': 'b7591c9 (the stages ran at it in /work/run30, session 30\'s workspace: its data/ and models/base). The benches ran in /work/main at b7591c9; '
-              'the 6- and 4-step ones with the then uncommitted bench_machine.stage_runtime (git_dirty; committed as 62e5aa5), the 3-step one before it, without the oneDNN bound',
+              'the 6- and 4-step ones with the then uncommitted call of machine.set_runtime (bench_machine.stage_runtime then; git_dirty; committed as 62e5aa5), the 3-step one before it, without the oneDNN bound',
     'machine': {'lscpu': 'AMD EPYC, family 25 model 17, 2 vCPUs (KVM), flags up to avx2/fma: no avx512f, avx512_bf16 or amx (lscpu.txt)',
                 'nproc': 2, 'memory': '24 GiB', 'torch': '2.13.0+cpu',
                 'note': 'quiet machine, one job at a time, in this order: bench_sft (3 steps), sft, grpo_phase1, bench_sft (6 steps), bench_sft (4 steps x 2, alternating), evaluate@base_3shot_n50'},
