@@ -198,6 +198,11 @@ def _reserved_layer_class() -> type:
                 self._k, self._v = self._k[indices], self._v[indices]
                 self._views()
 
+        def release(self) -> None:
+            """Drop the buffers (the layer is done with): their memory is free before the next layer's is."""
+            self._k = self._v = self.keys = self.values = None
+            self.is_initialized = False
+
         def _unsupported(self, *args: Any, **kwargs: Any) -> None:
             raise NotImplementedError("ReservedLayer supports update and batch_select_indices only (sqlenv.decode)")
 
@@ -276,22 +281,27 @@ class ModelGenerator:
 
     def _prefill_group(self, keys: Sequence[int], contexts: Sequence[list[int]]) -> None:
         """One forward over the given episodes' uncached context tokens but the last; keep their caches."""
-        states = [self._kv.get(k) for k in keys]
-        step_ids, mask, cache = self._padded_batch(states, [ctx[:-1] for ctx in contexts], room=0)
+        step_ids, mask, cache = self._padded_batch(keys, [ctx[:-1] for ctx in contexts], room=0)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
         backbone(self.model)(input_ids=step_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
-        self._keep(keys, range(len(keys)), range(len(keys)), mask, cache)
+        self._keep(keys, range(len(keys)), range(len(keys)), mask, cache, release=True)
 
-    def _padded_batch(self, states: Sequence[Any], contexts: Sequence[list[int]], room: int) -> tuple[Any, Any, Any]:
+    def _padded_batch(self, keys: Sequence[int], contexts: Sequence[list[int]], room: int) -> tuple[Any, Any, Any]:
         """(ids of the uncached tokens [rows, t_new], attention mask [rows, t_cache + t_new], cache) for
-        one forward over several episodes, each row laid out `[pad, cached tokens | pad, new tokens]`.
+        one forward over the given episodes, each row laid out `[pad, cached tokens | pad, new tokens]`.
 
         The attention mask zeroes both pads and the position ids come from its cumsum (as `generate`
         makes them), so every real token keeps its true position. The cache's buffers are built at their
-        reserved size, `room` tokens beyond the batch's own, and filled once."""
+        reserved size, `room` tokens beyond the batch's own, and filled once.
+
+        The episodes' kept caches move into the buffers: each layer's copies are dropped as soon as that
+        layer is filled, and the caller keeps the rows again after the forward (`_keep`). Keeping both
+        for the whole turn held every episode's keys/values twice: in float32 (caches twice bf16's size)
+        that took evaluate@base_3shot_n50 to 9.5 GiB, above the 8 GB every stage is meant to stay under."""
         import torch
 
         device = self.model.device
+        states = [self._kv.pop(k, None) for k in keys]
         cached = [s[1] if s else 0 for s in states]
         new = [ctx[c:] for ctx, c in zip(contexts, cached)]
         rows, t_cache, t_new = len(contexts), max(cached), max(len(x) for x in new)
@@ -306,14 +316,15 @@ class ModelGenerator:
         size = t_cache + t_new + room
         buffers = []
         if t_cache:
-            ref = states[cached.index(t_cache)][0]
-            for layer, (k0, _) in enumerate(ref):
+            k0 = states[cached.index(t_cache)][0][0][0]  # a layer's keys: [kv_heads, tokens, head_dim]
+            for layer in range(len(states[cached.index(t_cache)][0])):
                 keys_t = k0.new_zeros((rows, k0.shape[0], size, k0.shape[2]))
                 values_t = keys_t.clone()
                 for row, (state, c) in enumerate(zip(states, cached)):
                     if c:
                         keys_t[row, :, t_cache - c : t_cache] = state[0][layer][0]
                         values_t[row, :, t_cache - c : t_cache] = state[0][layer][1]
+                        state[0][layer] = None  # this layer's copy is in the buffer now
                 buffers.append((keys_t, values_t))
         cache = reserved_cache(self.model.config, size, buffers, length=t_cache)
         return input_ids[:, t_cache:].to(device), mask.to(device), cache
@@ -341,10 +352,9 @@ class ModelGenerator:
                   min_stopped: int) -> tuple[list[list[int]], list[bool]]:  # fmt: skip
         if self.reuse_cache:
             self._prefill_rows(keys, contexts)
-        states = [self._kv.get(k) if self.reuse_cache else None for k in keys]
         # Room for the tokens decoding can add (at most max(budgets)), so the decode loop writes each step's
         # keys/values in place instead of copying the whole cache.
-        step_ids, mask, cache = self._padded_batch(states, contexts, room=max(budgets, default=0))
+        step_ids, mask, cache = self._padded_batch(keys, contexts, room=max(budgets, default=0))
         return self._decode(keys, step_ids, mask, cache, budgets, min_stopped)
 
     def _decode(self, keys: Sequence[int], step_ids: Any, mask: Any, cache: Any, budgets: Sequence[int],
@@ -387,7 +397,7 @@ class ModelGenerator:
                     running[i] = token not in self.eos_ids and len(completions[i]) < budgets[i]
             stopped = [b for b, i in enumerate(rows) if not running[i]]
             if len(stopped) == len(rows) or running.count(False) >= min_stopped:
-                self._keep(keys, rows, range(len(rows)), mask, cache)
+                self._keep(keys, rows, range(len(rows)), mask, cache, release=True)
                 return completions, [not r for r in running]
             if 4 * len(stopped) >= len(rows):
                 self._keep(keys, rows, stopped, mask, cache)
@@ -400,15 +410,23 @@ class ModelGenerator:
             step_ids = torch.tensor([[t if running[i] else self.pad_id] for t, i in zip(tokens, rows)], device=mask.device)
             mask, positions = torch.cat([mask, live], dim=1), positions[:, -1:] + 1
 
-    def _keep(self, keys: Sequence[int], rows: Sequence[int], batch_rows: Any, mask: Any, cache: Any) -> None:
+    def _keep(self, keys: Sequence[int], rows: Sequence[int], batch_rows: Any, mask: Any, cache: Any,
+              release: bool = False) -> None:  # fmt: skip
         """Keep the keys/values of the given batch rows' real tokens (mask 1), per episode, for next turn.
-        A completion's last token is never fed back, so it is not among them."""
+        A completion's last token is never fed back, so it is not among them. `release`: the batch is
+        over, so each layer's buffers are dropped once its rows are copied out (the copies and the whole
+        batch cache are then never held at once)."""
         if not self.reuse_cache:
             return
+        index = {b: mask[b].nonzero().squeeze(1) for b in batch_rows}
+        kept: dict[int, list[tuple[Any, Any]]] = {b: [] for b in batch_rows}
+        for layer in cache.layers:
+            for b in batch_rows:
+                kept[b].append((layer.keys[b].index_select(1, index[b]), layer.values[b].index_select(1, index[b])))
+            if release:
+                layer.release()
         for b in batch_rows:
-            index = mask[b].nonzero().squeeze(1)
-            kv = [(x.keys[b].index_select(1, index), x.values[b].index_select(1, index)) for x in cache.layers]
-            self._kv[keys[rows[b]]] = (kv, len(index))
+            self._kv[keys[rows[b]]] = (kept[b], len(index[b]))
 
 
 class ExtendingContexts:
