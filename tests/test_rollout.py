@@ -793,6 +793,36 @@ def test_decode_steps_write_the_cache_in_place(chaotic_model, tokenizer, concert
     assert all(s == storages[0] for s in storages)
 
 
+def test_a_turn_reserves_a_little_room_and_grows_past_it(chaotic_model, tokenizer, concert_db_dir, monkeypatch):
+    """A batch call reserves `DECODE_ROOM` positions beyond its tokens, not each row's whole budget (up to 768
+    tokens, up to a third of evaluate@base_3shot_n50's batch cache, never written); decoding past it grows the cache
+    and picks the same tokens as a cache with room for all of them."""
+    import sqlenv.decode as decode
+
+    contexts = _prompt_contexts(tokenizer, concert_db_dir)
+
+    def turn(room: int) -> tuple[list[list[int]], list[int]]:
+        monkeypatch.setattr(decode, "DECODE_ROOM", room)
+        sizes: list[int] = []
+        hook = chaotic_model.register_forward_hook(
+            lambda _m, _a, kwargs, _o: sizes.append(kwargs["cache"].layers[0]._k.shape[-2]), with_kwargs=True)
+        gen = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id)
+        try:
+            with torch.no_grad():
+                gen.encode_prefix(contexts[0][:100])
+                for key, ctx in enumerate(contexts):
+                    gen.start(key, ctx)
+                return gen.generate([0, 1, 2], contexts, [9, 9, 9]), sizes
+        finally:
+            hook.remove()
+
+    roomy, roomy_sizes = turn(64)
+    tight, tight_sizes = turn(3)
+    assert tight == roomy and all(len(c) == 9 for c in tight)
+    assert len(set(roomy_sizes)) == 1 and roomy_sizes[0] == max(map(len, contexts)) + 9  # the budget, under 64
+    assert tight_sizes[0] == max(map(len, contexts)) + 3 and len(set(tight_sizes)) > 1  # 3 reserved, then grown
+
+
 def test_reserved_cache_grows_selects_rows_and_refuses_the_rest():
     """Past its capacity a reserved layer grows (same values as concatenating); `batch_select_indices`
     keeps rows; operations it does not implement raise instead of desynchronising its buffers."""
