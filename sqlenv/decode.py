@@ -7,8 +7,9 @@ completions cost to decode, so each episode keeps the key/value cache of its tok
 the shared prompt prefix is encoded once per run (`reuse_cache=True`). What a turn adds to an episode's
 context (a tool result, the generation prompt) is prefilled in groups of episodes with additions of
 similar length, never padded to the longest addition of the batch (`_prefill_rows`); the batched part
-starts at each context's last token. Each turn's cache is reserved for the tokens the turn can add
-(`reserved_cache`), so decode steps write keys/values in place.
+starts at each context's last token. Each batch call's cache is reserved with room for the tokens it
+decodes (`DECODE_ROOM`, grown past it: `reserved_cache`), so decode steps write keys/values in place, and
+it is each episode's only copy of its keys/values while the call runs (`_padded_batch`, `_keep`).
 The cache of one turn is laid out
 per row as `[pad, cached tokens, pad, new tokens]`; position ids come from the attention mask (cumsum,
 as `generate` makes them), so padding anywhere changes nothing for the real tokens. The decode loop is
