@@ -323,8 +323,9 @@ class ModelGenerator:
         size = t_cache + t_new + room
         buffers = []
         if t_cache:
-            k0 = states[cached.index(t_cache)][0][0][0]  # a layer's keys: [kv_heads, tokens, head_dim]
-            for layer in range(len(states[cached.index(t_cache)][0])):
+            longest = states[cached.index(t_cache)][0]  # per layer (keys, values), each [kv_heads, tokens, head_dim]
+            k0 = longest[0][0]
+            for layer in range(len(longest)):
                 keys_t = k0.new_zeros((rows, k0.shape[0], size, k0.shape[2]))
                 values_t = keys_t.clone()
                 for row, (state, c) in enumerate(zip(states, cached)):
