@@ -1,5 +1,5 @@
 """Summarise reports/runs/eval_memory_32/ from its raw files (every number read, none typed): python3 summarise.py > run.json"""
-import json, statistics
+import csv, json, statistics
 from pathlib import Path
 D = Path(__file__).resolve().parent
 RUNS = ('before', 'after1', 'mmap', 'room64', 'room64b')  # PLAN.md's steps 1-3 and the repeat, in the order they ran
@@ -45,4 +45,16 @@ out = {
               'rss_rise_over_buffer_median': round(statistics.median((r['rss_after'] - r['rss_before']) / r['buf_gb'] for r in buffers), 2),
               'max_rss_gb_in_decode_forwards': max(r['max_rss_in_forwards'] for r in decodes)},
 }
+if (D / 'grpo_phase2_metrics.json').is_file():  # the addendum's step 5
+    m = j(D / 'grpo_phase2_metrics.json')
+    peak = m['system']['peak_rss_mb']
+    curve = list(csv.DictReader((D / 'grpo_phase2_curve.csv').open()))
+    out['grpo_phase2'] = {**{k: m[k] for k in ('wall_time_s', 'seconds_per_step', 'steps', 'distinct_questions', 'reward_mean',
+                                                'accuracy_mean', 'activation_checkpointing', 'model_fingerprint')},
+                          'dtype': m['dtype']['dtype'], 'peak_rss_mib': peak, 'peak_rss_gib': round(peak / 1024, 2),
+                          'peak_rss_gb': round(peak * 2**20 / 1e9, 2), 'holds_8gb_line': peak <= LINE_MIB,
+                          'load1_start_end': [m['system']['load1_start'], m['system']['load1_end']],
+                          'step_time_s': [round(float(r['step_time']), 1) for r in curve],
+                          'reward': [round(float(r['reward']), 3) for r in curve],
+                          'time_v': {k: v for k, v in time_v(D / 'grpo_phase2_time_v.txt').items()}}
 print(json.dumps(out, indent=1))
