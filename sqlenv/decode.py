@@ -109,9 +109,10 @@ def backbone(model: Any) -> Any:
 
 
 # Positions reserved beyond a batch's tokens for the ones its decoding adds. A batch call decodes few tokens: in
-# evaluate@base_3shot_n50 (float32, AVX2 AMD EPYC; reports/runs/eval_memory_32) the 37 calls decoded 1-49 tokens,
-# median 14, each handing the batch back once a quarter of its rows had stopped. Reserving the rows' whole
-# remaining budget (up to 768 tokens) made 20-32 % of the batch cache, up to ~1 GB there, memory never written.
+# evaluate@base_3shot_n50 (float32, AVX2 AMD EPYC; reports/runs/eval_memory_32) 36 of the 38 calls decoded 1-36
+# tokens (median 14; the last few rows' calls 49 and 216), each handing the batch back once a quarter of its rows
+# had stopped. Reserving the rows' whole remaining budget (up to 768 tokens) made 9-32 % of each batch cache
+# (median 20 %), up to ~1 GB there, memory almost never written.
 DECODE_ROOM = 64
 PREFILL_PAD_SHARE = 0.2  # at most this share of a grouped prefill's positions is padding
 PREFILL_GROUP_TOKENS = 2048  # positions per grouped prefill forward (beyond ~128 a CPU gains nothing more)
