@@ -537,6 +537,16 @@ def _prompt_contexts(tokenizer, concert_db_dir) -> list[list[int]]:
     return [prompt_token_ids(tokenizer, e.messages, e.tools, template) for e in episodes]
 
 
+def _started(model, tokenizer, contexts: list[list[int]]) -> ModelGenerator:
+    """A greedy generator that never stops early, the first 100 tokens of `contexts[0]` encoded as the shared
+    prefix and every context started under its index. Call it under `torch.no_grad()`."""
+    gen = ModelGenerator(model, GenerationSettings(), [-1], tokenizer.pad_token_id)
+    gen.encode_prefix(contexts[0][:100])
+    for key, ctx in enumerate(contexts):
+        gen.start(key, ctx)
+    return gen
+
+
 def test_kept_cache_equals_a_fresh_forward(chaotic_model, tokenizer, concert_db_dir):
     """After a batched turn each episode's kept keys/values equal a fresh, unpadded forward of its tokens."""
     contexts = _prompt_contexts(tokenizer, concert_db_dir)
@@ -571,13 +581,11 @@ def test_a_turn_holds_each_episodes_keys_values_once(chaotic_model, tokenizer, c
         if kwargs.get("cache") is not None:
             caches.append(kwargs["cache"])
 
+    with torch.no_grad():
+        gen = _started(chaotic_model, tokenizer, contexts)
     hook = backbone(chaotic_model).register_forward_pre_hook(spy, with_kwargs=True)
-    gen = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id)
     try:
         with torch.no_grad():
-            gen.encode_prefix(base[0][:100])
-            for key, ctx in enumerate(contexts):
-                gen.start(key, ctx)
             first = gen.generate([0, 1, 2], contexts, [3, 3, 3])
             held.clear()
             contexts = [ctx + comp + base[2][-5:] for ctx, comp in zip(contexts, first)]
@@ -601,12 +609,9 @@ def test_similar_rows_are_prefilled_together_with_the_caches_of_unpadded_forward
     hook = backbone(chaotic_model).register_forward_pre_hook(  # a prefill runs the transformer only, no LM head
         lambda _m, _a, kwargs: forwards.append(kwargs["input_ids"].shape[0]), with_kwargs=True
     )
-    gen = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id)
     try:
         with torch.no_grad():
-            gen.encode_prefix(base[0][:100])
-            for key, ctx in enumerate(contexts):
-                gen.start(key, ctx)
+            gen = _started(chaotic_model, tokenizer, contexts)
             forwards.clear()
             gen._prefill_rows([0, 1, 2, 3], contexts)
     finally:
@@ -779,10 +784,7 @@ def test_decode_steps_write_the_cache_in_place(chaotic_model, tokenizer, concert
         storages.append({layer.keys.untyped_storage().data_ptr() for layer in kwargs["cache"].layers})
 
     with torch.no_grad():
-        gen = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id)
-        gen.encode_prefix(contexts[0][:100])
-        for key, ctx in enumerate(contexts):
-            gen.start(key, ctx)
+        gen = _started(chaotic_model, tokenizer, contexts)
         gen._prefill_rows([0, 1, 2], contexts)
         hook = chaotic_model.register_forward_hook(record, with_kwargs=True)
         try:
@@ -806,13 +808,9 @@ def test_a_turn_reserves_a_little_room_and_grows_past_it(chaotic_model, tokenize
         sizes: list[int] = []
         hook = chaotic_model.register_forward_hook(
             lambda _m, _a, kwargs, _o: sizes.append(kwargs["cache"].layers[0]._k.shape[-2]), with_kwargs=True)
-        gen = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id)
         try:
             with torch.no_grad():
-                gen.encode_prefix(contexts[0][:100])
-                for key, ctx in enumerate(contexts):
-                    gen.start(key, ctx)
-                return gen.generate([0, 1, 2], contexts, [9, 9, 9]), sizes
+                return _started(chaotic_model, tokenizer, contexts).generate([0, 1, 2], contexts, [9, 9, 9]), sizes
         finally:
             hook.remove()
 
