@@ -3,7 +3,9 @@ random models per chat-template variant, built once per session."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +149,21 @@ def tiny_models(tmp_path_factory) -> TinyModels:
 def template_variant(request) -> str:
     """Parametrizes a test over the chat-template variants (`TEMPLATE_VARIANTS`)."""
     return request.param
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`make test`: one worker per CPU), each worker's torch, and the stage processes it
+    starts, get their share of the cores (OMP_NUM_THREADS, as `pipeline.machine.set_threads` reads it), unless
+    the user set a count: torch at the whole machine's threads in every worker oversubscribes the cores, and
+    torch on 2 cores collapses when anything else runs."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        from pipeline.machine import thread_count
+
+        os.environ["OMP_NUM_THREADS"] = str(max(1, thread_count() // workers))
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_collection_modifyitems(session, config, items):
