@@ -34,7 +34,8 @@ run: $(VENV)/.model
 	python -m pipeline.readme
 
 # Tests run in parallel worker processes (pytest-xdist), one per CPU by default: most of a test's time
-# is Python (imports, subprocesses, the smoke DAG's stage processes), not torch's threads.
+# is Python (imports, subprocesses, the smoke DAG's stage processes), not torch's threads. Each worker
+# gets its share of the cores for torch (tests/conftest.py sets OMP_NUM_THREADS unless you did).
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= auto
 

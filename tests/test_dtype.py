@@ -146,3 +146,29 @@ def test_the_onednn_cache_capacity_takes_effect_in_torch():
         pytest.skip("torch runs these bf16 matmuls without oneDNN on this CPU")
     assert default == (10, 10)
     assert counts("4") == (20, 0)
+
+
+def test_parallel_test_workers_share_the_cores():
+    """`make test`'s workers (tests/conftest.py) each get their share of the cores, unless the user set a count."""
+    from conftest import worker_threads
+
+    assert worker_threads({"PYTEST_XDIST_WORKER_COUNT": "2"}, cores=2) == 1
+    assert worker_threads({"PYTEST_XDIST_WORKER_COUNT": "2"}, cores=8) == 4
+    assert worker_threads({"PYTEST_XDIST_WORKER_COUNT": "3"}, cores=2) == 1
+    assert worker_threads({"PYTEST_XDIST_WORKER_COUNT": "2", "OMP_NUM_THREADS": "2"}, cores=2) is None
+    assert worker_threads({"PYTEST_XDIST_WORKER_COUNT": "1"}, cores=2) is None and worker_threads({}, cores=2) is None
+
+
+def test_the_test_session_hook_sets_a_workers_threads(monkeypatch):
+    import torch
+    from conftest import pytest_configure
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(machine, "thread_count", lambda cpuinfo=None: 4)
+        pytest_configure(None)
+        assert machine.os.environ["OMP_NUM_THREADS"] == "2" and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
