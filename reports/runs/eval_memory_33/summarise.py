@@ -1,9 +1,12 @@
-"""Summarise reports/runs/eval_memory_33/ from its raw files (every number read, none typed): python3 summarise.py > run.json"""
+"""Summarise reports/runs/eval_memory_33/ from its raw files (every number read, none typed):
+.venv/bin/python reports/runs/eval_memory_33/summarise.py > reports/runs/eval_memory_33/run.json"""
 import json
+import sys
 from collections import Counter
-from math import comb
 from pathlib import Path
 D = Path(__file__).resolve().parent
+sys.path.insert(0, str(D.parents[2]))
+from sqlenv.eval.stats import mcnemar_exact  # noqa: E402  (the report's own test)
 STAGES = ('sft_n200', 'grpo_phase2_n200', 'base_1shot_n50', 'base_n50', 'grpo_phase1_n50')  # PLAN.md's order, as they ran
 LINE_MIB = 8000 * 1e6 / 2**20  # issue 15's 8 GB (SI) in MiB
 EARLIER = D.parent / 'eval_memory_32' / 'run.json'  # evaluate@base_3shot_n50 at the same code, session 32
@@ -44,17 +47,11 @@ def episodes(stage):  # question id -> correct, end_reason, steps, hardness (ext
     return j(D / f'{stage}_episodes.json')
 
 
-def mcnemar_exact(a, b):  # two-sided exact McNemar on the discordant pairs (what sqlenv.eval.stats computes)
-    only_a, only_b = sum(x and not y for x, y in zip(a, b)), sum(y and not x for x, y in zip(a, b))
-    n, k = only_a + only_b, min(only_a, only_b)
-    return only_a, only_b, min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2**n) if n else 1.0
-
-
 if all((D / f'{s}_episodes.json').is_file() for s in ('sft_n200', 'grpo_phase2_n200')):
     sft, grpo = episodes('sft_n200'), episodes('grpo_phase2_n200')
     ids = sorted(sft)
     assert ids == sorted(grpo)
-    only_sft, only_grpo, p = mcnemar_exact([sft[i]['correct'] for i in ids], [grpo[i]['correct'] for i in ids])
+    only_grpo, only_sft, p = mcnemar_exact([sft[i]['correct'] for i in ids], [grpo[i]['correct'] for i in ids])
     out['n200_float32_chain'] = {
         'what': 'grpo_phase2 against sft on n200 in this float32 chain (models trained on this CPU), episode by episode; not the reference run',
         'n': len(ids),
