@@ -5,13 +5,15 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 D = Path(__file__).resolve().parent
 sys.path.insert(0, str(D.parents[2]))
-from sqlenv.eval.stats import mcnemar_exact, paired_difference, wilson_interval  # noqa: E402  (the report's own statistics)
+from sqlenv.eval.evaluation import paired_comparisons  # noqa: E402  (the report's own pairing: Newcombe interval, exact McNemar)
+from sqlenv.eval.stats import wilson_interval  # noqa: E402
+from sqlenv.types import HARDNESS_LEVELS  # noqa: E402
 
 SEED0 = D.parent / "eval_memory_33"  # seed 0: the same SFT model and n200, evaluated at 9950594
-HARDNESS = ("easy", "medium", "hard", "extra")
 
 
 def j(p):
@@ -53,17 +55,17 @@ def describe(eps):
     return {"correct": k, "n": n, "accuracy": round(k / n, 3), "wilson_95": [round(low, 3), round(high, 3)],
             "end_reasons": dict(Counter(e["end_reason"] for e in eps.values())),
             "mean_steps": round(sum(e["steps"] for e in eps.values()) / n, 2),
-            "correct_by_hardness": {h: sum(e["correct"] for e in eps.values() if e["hardness"] == h) for h in HARDNESS}}
+            "correct_by_hardness": {h: sum(e["correct"] for e in eps.values() if e["hardness"] == h) for h in HARDNESS_LEVELS}}
 
 
 def paired(a, b, name_a, name_b):
-    ids = sorted(a)
-    assert ids == sorted(b), "the two evaluations must cover the same questions"
-    only_b, only_a, p = mcnemar_exact([a[i]["correct"] for i in ids], [b[i]["correct"] for i in ids])
-    diff = paired_difference([b[i]["correct"] for i in ids], [a[i]["correct"] for i in ids])
-    return {"n": len(ids), f"{name_b}_minus_{name_a}_points": round(100 * diff["difference"], 1),
-            "newcombe_95_points": [round(100 * diff["low"], 1), round(100 * diff["high"], 1)], f"only_{name_a}_correct": only_a,
-            f"only_{name_b}_correct": only_b, "mcnemar_exact_p": round(p, 4)}
+    """b against a on the same questions, through `paired_comparisons` (its row is b first, a second)."""
+    records = lambda eps: [SimpleNamespace(question_id=q, correct=e["correct"]) for q, e in eps.items()]  # noqa: E731
+    (row,) = paired_comparisons({name_b: records(b), name_a: records(a)})
+    return {"n": row["n"], f"{name_b}_minus_{name_a}_points": round(100 * row["difference"], 1),
+            "newcombe_95_points": [round(100 * row["difference_low"], 1), round(100 * row["difference_high"], 1)],
+            f"only_{name_a}_correct": row["only_b_correct"], f"only_{name_b}_correct": row["only_a_correct"],
+            "mcnemar_exact_p": round(row["mcnemar_p"], 4)}
 
 
 seed1 = training("")
