@@ -222,3 +222,28 @@ def test_killed_phase_resumes_to_the_same_weights(workspace, tmp_path):
     assert metrics["resumed"]["model_fingerprint"] == metrics["straight"]["model_fingerprint"]
     for column in ("reward", "reward_std", "loss", "kl", "grad_norm", "completions/mean_length"):  # every step alike
         assert curves["resumed"][column].tolist() == curves["straight"][column].tolist(), column
+
+
+def test_a_phase_at_learning_rate_zero_saves_its_start_model_unchanged(workspace, tmp_path):
+    """The null control of a GRPO phase: with the optimizer's step size at zero and everything else real
+    (scripted sampling with reward variance, so advantages and gradients are non-zero; beta 0.04, so a
+    reference model is loaded), the saved model holds the start model's tensors bit for bit. Whatever a
+    phase changes in a model comes from its updates, not from loading, LoRA's set-up, merging or saving
+    (a dtype round trip, a non-zero LoRA init, a touched embedding row would all fail here)."""
+    import torch
+
+    root = tmp_path / "ws"
+    shutil.copytree(workspace / "data", root / "data")
+    shutil.copytree(workspace / "models" / "sft", root / "models" / "sft")
+    params = tiny_params(transcripts_every=0)
+    params["grpo_phase1"].update(learning_rate=0.0, max_completion_length=256)
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    run_stage(root, 1, SCRIPTED_STAGE)
+
+    check_outputs(root, "grpo_phase1", 2)
+    curve = pd.read_csv(root / "reports" / "grpo_phase1" / "curve.csv")
+    assert curve["reward_std"].gt(0).any() and curve["grad_norm"].gt(0).any()  # there was something to learn
+    start, end = _weights(workspace, "sft"), _weights(root)
+    assert set(end) == set(start)
+    differ = sorted(name for name in start if not (start[name].dtype == end[name].dtype and torch.equal(start[name], end[name])))
+    assert not differ, f"{len(differ)}/{len(start)} tensors changed at learning rate 0, e.g. {differ[:3]}"
