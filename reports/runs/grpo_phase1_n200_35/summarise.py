@@ -3,6 +3,7 @@
 
 sft and grpo_phase2 episodes are the committed ones of the same models on the same n200:
 sft and seed 0's grpo_phase2 from eval_memory_33, seed 1's grpo_phase2 from grpo_seed_34."""
+import csv
 import json
 import re
 import sys
@@ -56,6 +57,14 @@ def stage_record(seed):
                        "max_rss_kib": int(field("Maximum resident set size (kbytes)")), "exit_status": int(field("Exit status"))}}
 
 
+def curve_means(path):
+    """Each training column's mean over the phase's steps (grpo_seed_34's copies of the phases' curve.csv)."""
+    rows = list(csv.DictReader(Path(path).open()))
+    keep = ("reward", "frac_reward_zero_std", "kl", "grad_norm", "episode/accuracy", "completions/clipped_ratio",
+            "completions/mean_length", "episode/turns")
+    return {k: round(sum(float(r[k]) for r in rows) / len(rows), 4) for k in keep if all(r[k] for r in rows)}
+
+
 sft = j(RUNS / "eval_memory_33" / "sft_n200_episodes.json")
 phase2 = {"seed0": j(RUNS / "eval_memory_33" / "grpo_phase2_n200_episodes.json"),
           "seed1": j(RUNS / "grpo_seed_34" / "grpo_phase2_n200_episodes.json")}
@@ -70,5 +79,7 @@ for seed in ("seed0", "seed1"):
                  "grpo_phase2_n200": describe(phase2[seed]),
                  "phase1_vs_sft": paired(sft, phase1, "sft", "grpo_phase1"),
                  "phase2_vs_phase1": paired(phase1, phase2[seed], "grpo_phase1", "grpo_phase2"),
-                 "phase2_vs_sft": paired(sft, phase2[seed], "sft", "grpo_phase2")}
+                 "phase2_vs_sft": paired(sft, phase2[seed], "sft", "grpo_phase2"),
+                 "training_curve_means": {stage: curve_means(RUNS / "grpo_seed_34" / f"{'seed0_' if seed == 'seed0' else ''}{stage}_curve.csv")
+                                          for stage in ("grpo_phase1", "grpo_phase2")}}
 print(json.dumps(out, indent=1))
