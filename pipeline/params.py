@@ -116,6 +116,7 @@ class SFTParams:
 
 @dataclass(frozen=True)
 class GRPOParams:
+    seed: int | None
     lora: bool
     lora_r: int
     lora_alpha: int

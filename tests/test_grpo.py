@@ -156,6 +156,19 @@ def test_phase_settings_are_the_params_sections_and_nothing_else():
         phase_settings(phase_sections(p, 1), 1)
 
 
+def test_grpo_seed_overrides_the_master_seed_for_both_phases_and_nothing_else(tmp_path):
+    p = repo_params()
+    assert p["grpo"]["seed"] is None  # the default: the master seed, as before the key existed
+    master = [phase_settings(phase_sections(p, n), n) for n in (1, 2)]
+    assert [s.seed for s in master] == [p["seed"], p["seed"]]
+    q = copy.deepcopy(p)
+    q["grpo"]["seed"] = p["seed"] + 7
+    own = [phase_settings(phase_sections(q, n), n) for n in (1, 2)]
+    assert [s.seed for s in own] == [p["seed"] + 7] * 2
+    assert [dataclasses.replace(s, seed=p["seed"]) for s in own] == master  # nothing else moves
+    assert grpo_config(own[0], tmp_path).seed == p["seed"] + 7  # what TRL seeds with (sampler, set_seed)
+
+
 def test_phase_rewards_are_the_rewards_section():
     p = repo_params()
     p["rewards"].update(format_reward=0.05, mode="binary")

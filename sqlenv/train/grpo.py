@@ -5,7 +5,8 @@ What this module builds, and what it guards:
   reads `grpo_phase1` + the shared `grpo`, `env`, `rewards`, `seed`, `model.{dtype,enable_thinking}`;
   phase 2 reads `grpo_phase2` instead, never the other phase's section. Each phase section holds its own
   `beta`, `difficulties`, `max_steps`, `num_generations`, `learning_rate`, `temperature`,
-  `max_completion_length`; `grpo` holds what both share.
+  `max_completion_length`; `grpo` holds what both share. Both phases train with `grpo.seed` where it is
+  set, else with the master `seed`: a GRPO seed sweep leaves world, splits and SFT alone.
 - Batch sizes (`plan_batches`): every optimizer step generates fresh rollouts for whole GRPO groups.
   TRL requires `generation_batch_size % num_generations == 0` and a generation batch that is a whole
   number of micro-batches; accumulation is raised to the smallest value that satisfies both, and
@@ -141,8 +142,9 @@ def phase_settings(sections: Mapping[str, Any], phase: int) -> PhaseSettings:
     if both:
         raise ValueError(f"keys in both grpo and {stage}: {sorted(both)} (a key lives in one section)")
     merged = {**g, **p, "difficulties": tuple(p["difficulties"])}
+    seed = merged.pop("seed", None)  # grpo.seed: the phases' own training seed; None: the master seed
     return PhaseSettings(
-        stage=stage, seed=int(sections["seed"]), dtype=sections["model"]["dtype"],
+        stage=stage, seed=int(sections["seed"] if seed is None else seed), dtype=sections["model"]["dtype"],
         enable_thinking=sections["model"]["enable_thinking"],
         env=EnvConfig.from_dict({**sections["env"], "rewards": dict(sections["rewards"])}),
         **strict_kwargs(PhaseSettings, merged, f"grpo / {stage}"),
