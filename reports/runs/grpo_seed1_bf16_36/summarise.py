@@ -89,7 +89,7 @@ def questions(run):
 seed1, seed0 = training(""), training("seed0_")
 fp32_seed1 = {stage: [r["questions"].split() for r in csv.DictReader((FP32_SEED1 / f"{stage}_curve.csv").open())] for stage in STAGES}
 ep = {name: j(D / f"{name}_episodes.json") for name in ("grpo_phase1_n200", "grpo_phase2_n200", "grpo_phase1_n50")}
-s0 = {name: j(D / f"seed0_{name}_episodes.json") for name in ("sft_n200", "grpo_phase2_n200", "grpo_phase1_n50")}
+s0 = {name: j(D / f"seed0_{name}_episodes.json") for name in ("sft_n200", "grpo_phase2_n200", "grpo_phase1_n50", "grpo_phase1_n200")}
 log = (D / "dvc_exp_run_log.txt").read_text()
 drawn = {s: {stage: {q for step in qs for q in step} for stage, qs in questions(run).items()} for s, run in (("seed0", seed0), ("seed1", seed1))}
 out = {
@@ -102,7 +102,9 @@ out = {
                     "time_v": time_v(D / "dvc_exp_run_time_v.txt")},
     "seed1": {**seed1, "grpo_phase1_n50": evaluation("grpo_phase1_n50"), "grpo_phase1_n200": evaluation("grpo_phase1_n200"),
               "grpo_phase2_n200": evaluation("grpo_phase2_n200"), "grpo_phase1_n200_time_v": time_v(D / "grpo_phase1_n200_time_v.txt")},
-    "seed0": {**seed0, "grpo_phase1_n50": describe(s0["grpo_phase1_n50"]), "grpo_phase2_n200": describe(s0["grpo_phase2_n200"])},
+    "seed0": {**seed0, "grpo_phase1_n50": describe(s0["grpo_phase1_n50"]), "grpo_phase2_n200": describe(s0["grpo_phase2_n200"]),
+              "grpo_phase1_n200 (PLAN-2.md)": {**evaluation("seed0_grpo_phase1_n200"),
+                                               "time_v": time_v(D / "seed0_grpo_phase1_n200_time_v.txt")}},
     "sft_n200": describe(s0["sft_n200"]),
     "questions": {
         "seed1_draws_as_float32_seed1": {stage: questions(seed1)[stage] == fp32_seed1[stage] for stage in STAGES},
@@ -116,6 +118,8 @@ out = {
         "seed1_phase2_vs_seed1_phase1": paired(ep["grpo_phase1_n200"], ep["grpo_phase2_n200"], "seed1_phase1", "seed1_phase2"),
         "seed1_phase2_vs_seed0_phase2": paired(s0["grpo_phase2_n200"], ep["grpo_phase2_n200"], "seed0_phase2", "seed1_phase2"),
         "seed0_phase2_vs_sft": paired(s0["sft_n200"], s0["grpo_phase2_n200"], "sft", "seed0_phase2"),
+        "seed0_phase1_vs_sft (PLAN-2.md)": paired(s0["sft_n200"], s0["grpo_phase1_n200"], "sft", "seed0_phase1"),
+        "seed0_phase2_vs_seed0_phase1 (PLAN-2.md)": paired(s0["grpo_phase1_n200"], s0["grpo_phase2_n200"], "seed0_phase1", "seed0_phase2"),
     },
     "n50": {"seed1_phase1_vs_seed0_phase1": paired(s0["grpo_phase1_n50"], ep["grpo_phase1_n50"], "seed0_phase1", "seed1_phase1")},
 }
