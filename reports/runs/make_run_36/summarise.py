@@ -4,6 +4,7 @@
 Reads this run's stage outputs from the working tree (reports/**, dvc.lock, as copied from the run's clone),
 the previous reference run's from git (PREVIOUS, the commit before they were replaced: 72a154c's outputs),
 and the `/usr/bin/time -v` log of `make run` kept beside this file (time_v.txt)."""
+import functools
 import json
 import re
 import subprocess
@@ -24,6 +25,7 @@ def now(path):
     return (ROOT / path).read_text()
 
 
+@functools.cache  # the same old file is read for the stage table, the fingerprints and the episodes
 def before(path):
     out = subprocess.run(["git", "-C", str(ROOT), "show", f"{PREVIOUS}:{path}"], capture_output=True, text=True)
     return out.stdout if out.returncode == 0 else None
@@ -58,7 +60,7 @@ def gb(mb):
     return round(mb * 2**20 / 1e9, 2)
 
 
-def record(stage, m):
+def record(m):
     s = m["system"]
     rec = {"wall_s": m["wall_time_s"], "peak_rss_gb": gb(s["peak_rss_mb"]),
            "load1_start_end": [round(s["load1_start"], 2), round(s["load1_end"], 2)]}
@@ -83,10 +85,10 @@ def main():
         if not (ROOT / path).exists():
             continue  # `report` writes no metrics file (its time is in no record; time_v's total includes it)
         m = json.loads(now(path))
-        stages[stage] = record(stage, m)
+        stages[stage] = record(m)
         old = before(path)
         if old is not None:
-            p = record(stage, json.loads(old))
+            p = record(json.loads(old))
             vs_previous[stage] = {"wall_s": [p["wall_s"], stages[stage]["wall_s"]],
                                   "peak_rss_gb": [p["peak_rss_gb"], stages[stage]["peak_rss_gb"]]}
     first = json.loads(now(metrics_path("sft")))
