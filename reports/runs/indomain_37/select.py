@@ -1,0 +1,73 @@
+"""indomain_37: the 200 training-domain questions that neither SFT nor GRPO trained on (ids.json), and their JSONL.
+
+    .venv/bin/python reports/runs/indomain_37/select.py --workspace /work/run36 --out /tmp/indomain200.jsonl
+
+`--workspace`: a workspace of the reference run (its data/questions/train.jsonl and data/sft/train.jsonl, as
+`prepare` and `sft_data` wrote them). Left out: the 96 trajectories' questions SFT trained on (the `sft` stage's
+own choice, `select_examples` at the master seed) and every question the reference run's GRPO phases drew
+(the `questions` columns of reports/grpo_phase{1,2}/curve.csv). From the rest, per hardness level as many as
+n200 holds (reports/prepare/metrics.json), drawn with random.Random(0) from the ids in sorted order.
+Writes ids.json beside this file and the questions, in the prepare format, to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+sys.path.insert(0, str(REPO))
+
+from sqlenv.train.sft import select_examples  # noqa: E402
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workspace", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    train = _jsonl(args.workspace / "data" / "questions" / "train.jsonl")
+    sft_records = _jsonl(args.workspace / "data" / "sft" / "train.jsonl")
+    sft_ids = {r["id"] for r in select_examples(sft_records, 96, 0)}
+    grpo_ids: set[str] = set()
+    for phase in (1, 2):
+        with open(REPO / "reports" / f"grpo_phase{phase}" / "curve.csv") as f:
+            for row in csv.DictReader(f):
+                grpo_ids.update(row["questions"].split())
+    prepared = json.loads((REPO / "reports" / "prepare" / "metrics.json").read_text())
+    wanted = prepared["splits"]["n200"]["by_hardness"]
+    eligible = [q for q in train if q["id"] not in sft_ids | grpo_ids]
+    rng = random.Random(0)
+    chosen: list[dict] = []
+    for level in sorted(wanted):
+        pool = sorted((q for q in eligible if q["hardness"] == level), key=lambda q: q["id"])
+        chosen += rng.sample(pool, wanted[level])
+    chosen.sort(key=lambda q: q["id"])
+    by_level = {level: sum(q["hardness"] == level for q in chosen) for level in sorted(wanted)}
+    sft_levels = {level: sum(r["hardness"] == level for r in select_examples(sft_records, 96, 0)) for level in sorted(wanted)}
+    summary = {
+        "train_questions": len(train),
+        "left_out_sft": len(sft_ids),
+        "sft_by_hardness": sft_levels,  # must equal reports/sft/metrics.json's dataset.by_hardness
+        "left_out_grpo": len(grpo_ids),
+        "left_out_both": len(sft_ids & grpo_ids),
+        "eligible": len(eligible),
+        "chosen_by_hardness": by_level,
+        "chosen_databases": len({q["db_id"] for q in chosen}),
+        "ids": [q["id"] for q in chosen],
+    }
+    (HERE / "ids.json").write_text(json.dumps(summary, indent=1) + "\n")
+    args.out.write_text("".join(json.dumps(q, sort_keys=True) + "\n" for q in chosen))
+
+
+if __name__ == "__main__":
+    main()
