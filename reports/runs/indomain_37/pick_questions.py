@@ -1,6 +1,6 @@
 """indomain_37: the 200 training-domain questions that neither SFT nor GRPO trained on (ids.json), and their JSONL.
 
-    .venv/bin/python reports/runs/indomain_37/select.py --workspace /work/run36 --out /tmp/indomain200.jsonl
+    .venv/bin/python reports/runs/indomain_37/pick_questions.py --workspace /work/run36 --out /tmp/indomain200.jsonl
 
 `--workspace`: a workspace of the reference run (its data/questions/train.jsonl and data/sft/train.jsonl, as
 `prepare` and `sft_data` wrote them). Left out: the 96 trajectories' questions SFT trained on (the `sft` stage's

@@ -1,0 +1,131 @@
+"""indomain_37: run.json from the three evaluations in eval/, the check in check/, ids.json and raw/ (see PLAN.md).
+
+    .venv/bin/python reports/runs/indomain_37/summarise.py   # writes reports/runs/indomain_37/run.json
+
+The held-out-domain numbers beside them are the committed reference run's (reports/eval/*_n200); the paired
+tests are the report's own (`sqlenv.eval.evaluation.paired_comparisons`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+sys.path.insert(0, str(REPO))
+
+from sqlenv.eval.evaluation import paired_comparisons  # noqa: E402
+from sqlenv.types import EpisodeRecord  # noqa: E402
+
+POLICIES = ("sft", "grpo_phase1", "grpo_phase2")
+
+
+def _records(folder: Path) -> list[EpisodeRecord]:
+    return [EpisodeRecord.from_dict(json.loads(line)) for line in (folder / "samples.jsonl").read_text().splitlines()]
+
+
+def _summary(metrics: dict) -> dict:
+    m = metrics["metrics"]
+    return {
+        "fingerprint": metrics["model"]["fingerprint"],
+        "n": m["n"],
+        "correct": m["correct"],
+        "accuracy": round(m["accuracy"], 3),
+        "wilson_95": [round(m["accuracy_low"], 3), round(m["accuracy_high"], 3)],
+        "answered_rate": round(m["answered_rate"], 3),
+        "right_of_answered": round(m["correct"] / (m["answered_rate"] * m["n"]), 3) if m["answered_rate"] else None,
+        "calls_mean": round(m["steps_mean"], 2),
+        "tokens_mean": round(m["tokens_mean"], 1),
+        "end_reasons": m["end_reasons"],
+        "correct_by_hardness": {k: v["correct"] for k, v in m["by_hardness"].items()},
+    }
+
+
+def _pairs(results: dict[str, list[EpisodeRecord]]) -> list[dict]:
+    rows = []
+    for row in paired_comparisons(results):
+        rows.append({
+            "a": row["a"], "b": row["b"], "n": row["n"],
+            "points": round(100 * row["difference"], 1),
+            "newcombe_95_points": [round(100 * row["difference_low"], 1), round(100 * row["difference_high"], 1)],
+            "only_a_correct": row["only_a_correct"], "only_b_correct": row["only_b_correct"],
+            "mcnemar_exact_p": round(row["mcnemar_p"], 4),
+        })  # fmt: skip
+    return rows
+
+
+def _time_v(path: Path) -> dict:
+    text = path.read_text()
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", text).group(1)
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
+    return {"wall_s": round(sum(float(p) * 60**i for i, p in enumerate(reversed(wall.split(":")))), 1),
+            "max_rss_gb": round(rss * 1024 / 1e9, 2)}  # fmt: skip
+
+
+def main() -> None:
+    ids = json.loads((HERE / "ids.json").read_text())["ids"]
+    indomain = {p: _records(HERE / "eval" / p) for p in POLICIES}
+    for p, records in indomain.items():
+        if sorted(r.question_id for r in records) != sorted(ids):
+            raise SystemExit(f"{p}: not the questions of ids.json")
+    metrics = {p: json.loads((HERE / "eval" / p / "metrics.json").read_text()) for p in POLICIES}
+    heldout_folders = {"sft": "sft_n200", "grpo_phase2": "grpo_phase2_n200"}
+    heldout = {p: _records(REPO / "reports" / "eval" / f) for p, f in heldout_folders.items()}
+    # The same phase-1 model on n200, played in session 36 (grpo_seed1_bf16_36's addendum keeps its verdicts).
+    phase1_run = REPO / "reports" / "runs" / "grpo_seed1_bf16_36"
+    phase1_verdicts = json.loads((phase1_run / "seed0_grpo_phase1_n200_episodes.json").read_text())
+    phase1_model = json.loads((phase1_run / "seed0_grpo_phase1_n200_metrics.json").read_text())["model"]["fingerprint"]
+    if phase1_model != metrics["grpo_phase1"]["model"]["fingerprint"]:
+        raise SystemExit("the n200 phase-1 verdicts are another model's")
+    heldout["grpo_phase1"] = [SimpleNamespace(question_id=q, correct=v["correct"]) for q, v in phase1_verdicts.items()]
+    heldout_metrics = {p: json.loads((REPO / "reports" / "eval" / f / "metrics.json").read_text()) for p, f in heldout_folders.items()}
+    heldout_metrics["grpo_phase1"] = json.loads((phase1_run / "seed0_grpo_phase1_n200_metrics.json").read_text())
+
+    check_new = {r.question_id: r for r in _records(HERE / "check")}
+    check_stage = {r.question_id: r for r in _records(REPO / "reports" / "eval" / "grpo_phase1_n50")}
+    check = {
+        "what": "sqlenv eval of grpo_phase1 on data/questions/n50.jsonl against the committed evaluate@grpo_phase1_n50",
+        "same_questions": check_new.keys() == check_stage.keys(),
+        "same_verdicts": all(check_new[q].correct == check_stage[q].correct for q in check_stage),
+        "same_messages": sum(check_new[q].messages == check_stage[q].messages for q in check_stage),
+        "n": len(check_stage),
+    }
+
+    summaries = {p: _summary(metrics[p]) for p in POLICIES}
+    pairs = _pairs(indomain)
+    by_pair = {(r["a"], r["b"]): r for r in pairs}
+    sft_vs = {p: by_pair[("sft", p)] for p in ("grpo_phase1", "grpo_phase2")}  # a = sft: points are sft - grpo
+    predictions = {
+        "1_sft_accuracy_55_to_70": 0.55 <= summaries["sft"]["accuracy"] <= 0.70,
+        "2_grpo_phase2_vs_sft_within_4_points_p_over_0_05":
+            abs(sft_vs["grpo_phase2"]["points"]) <= 4.0 and sft_vs["grpo_phase2"]["mcnemar_exact_p"] > 0.05,
+        "3_grpo_phase1_vs_sft_within_4_points_p_over_0_05":
+            abs(sft_vs["grpo_phase1"]["points"]) <= 4.0 and sft_vs["grpo_phase1"]["mcnemar_exact_p"] > 0.05,
+        "4_grpo_phase2_answers_more_than_sft": summaries["grpo_phase2"]["answered_rate"] > summaries["sft"]["answered_rate"],
+    }  # fmt: skip
+    timing = {}
+    for p in POLICIES:
+        timing[p] = {**_time_v(HERE / "raw" / f"{p}.time"), "wall_in_eval_s": metrics[p]["wall_time_s"],
+                     "load1_start_end": [float((HERE / "raw" / f"{p}.load_{w}").read_text().split()[0]) for w in ("start", "end")]}  # fmt: skip
+    report = {
+        "purpose": "GRPO against SFT on 200 training-domain questions neither trained on (PLAN.md)",
+        "cpu": [line.strip() for line in (HERE / "lscpu.txt").read_text().splitlines()
+                if line.startswith(("Model name", "CPU family", "Model:", "CPU(s):"))],  # fmt: skip
+        "set": {k: v for k, v in json.loads((HERE / "ids.json").read_text()).items() if k != "ids"},
+        "check_cli_plays_as_the_stage": check,
+        "indomain200": summaries,
+        "indomain200_pairs": pairs,
+        "heldout_n200": {p: _summary(m) for p, m in heldout_metrics.items()},
+        "heldout_n200_pairs": _pairs(heldout),
+        "predictions_held": predictions,
+        "timing": timing,
+    }
+    (HERE / "run.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
