@@ -8,6 +8,7 @@ tests are the report's own (`sqlenv.eval.evaluation.paired_comparisons`).
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import sys
@@ -64,6 +65,53 @@ def _time_v(path: Path) -> dict:
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
     return {"wall_s": round(sum(float(p) * 60**i for i, p in enumerate(reversed(wall.split(":")))), 1),
             "max_rss_gb": round(rss * 1024 / 1e9, 2)}  # fmt: skip
+
+
+def seed1(indomain_sft: list[EpisodeRecord], heldout_sft: list[EpisodeRecord]) -> dict:
+    """The addendum (PLAN-2.md): the second GRPO seed's phases against SFT, on the training-domain questions seed 1
+    did not train on, and on n200 (its verdicts kept by grpo_seed1_bf16_36)."""
+    run = REPO / "reports" / "runs" / "grpo_seed1_bf16_36"
+    trained: set[str] = set()
+    for phase in (1, 2):
+        with open(run / f"grpo_phase{phase}_curve.csv") as f:
+            for row in csv.DictReader(f):
+                trained.update(row["questions"].split())
+    keep = [r for r in indomain_sft if r.question_id not in trained]
+    kept = {r.question_id for r in keep}
+    out: dict = {"left_out_trained_by_seed1": len(indomain_sft) - len(keep), "n": len(keep)}
+    expected = json.loads((run / "run.json").read_text())["seed1"]
+    predictions = {}
+    for phase in ("grpo_phase1", "grpo_phase2"):
+        folder = HERE / "eval" / f"seed1_{phase}"
+        metrics = json.loads((folder / "metrics.json").read_text())
+        if metrics["model"]["fingerprint"] != expected[phase]["model_fingerprint"][:12]:
+            raise SystemExit(f"seed1 {phase}: not grpo-seed1-36's model")
+        records = [r for r in _records(folder) if r.question_id in kept]
+        answered = sum(r.answered for r in records) / len(records)
+        verdicts = json.loads((run / f"{phase}_n200_episodes.json").read_text())
+        heldout = [SimpleNamespace(question_id=q, correct=v["correct"]) for q, v in verdicts.items()]
+        (indomain_pair,) = _pairs({"sft": keep, phase: records})
+        (heldout_pair,) = _pairs({"sft": heldout_sft, phase: heldout})
+        out[phase] = {
+            "fingerprint": metrics["model"]["fingerprint"],
+            "indomain_correct": sum(r.correct for r in records),
+            "sft_indomain_correct": sum(r.correct for r in keep),
+            "indomain_answered_rate": round(answered, 3),
+            "sft_indomain_answered_rate": round(sum(r.answered for r in keep) / len(keep), 3),
+            "indomain_vs_sft": indomain_pair,
+            "heldout_n200_vs_sft": heldout_pair,
+            **_time_v(HERE / "raw" / f"seed1_{phase}.time"),
+        }
+    p1, p2 = out["grpo_phase1"], out["grpo_phase2"]
+    # a = sft in every pair: "points" is SFT minus GRPO, so GRPO's side is its negative.
+    predictions["5_phase1_more_favourable_in_domain_than_heldout"] = -p1["indomain_vs_sft"]["points"] > -p1["heldout_n200_vs_sft"]["points"]
+    predictions["6_phase1_answers_more_than_sft_in_domain"] = p1["indomain_answered_rate"] > p1["sft_indomain_answered_rate"]
+    predictions["7_phase1_not_ahead_with_p_under_0_05"] = not (
+        p1["indomain_vs_sft"]["points"] < 0 and p1["indomain_vs_sft"]["mcnemar_exact_p"] < 0.05)
+    predictions["8_phase2_within_4_points_p_over_0_05"] = (
+        abs(p2["indomain_vs_sft"]["points"]) <= 4.0 and p2["indomain_vs_sft"]["mcnemar_exact_p"] > 0.05)
+    out["predictions_held"] = predictions
+    return out
 
 
 def main() -> None:
@@ -123,6 +171,7 @@ def main() -> None:
         "heldout_n200_pairs": _pairs(heldout),
         "predictions_held": predictions,
         "timing": timing,
+        "seed1_addendum": seed1(indomain["sft"], heldout["sft"]),
     }
     (HERE / "run.json").write_text(json.dumps(report, indent=1) + "\n")
 
