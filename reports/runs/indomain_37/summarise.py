@@ -88,6 +88,9 @@ def seed1(indomain_sft: list[EpisodeRecord], heldout_sft: list[EpisodeRecord]) -
             raise SystemExit(f"seed1 {phase}: not grpo-seed1-36's model")
         records = [r for r in _records(folder) if r.question_id in kept]
         answered = sum(r.answered for r in records) / len(records)
+        heldout_metrics = json.loads((run / f"{phase}_n200_metrics.json").read_text())
+        if heldout_metrics["model"]["fingerprint"] != metrics["model"]["fingerprint"]:
+            raise SystemExit(f"seed1 {phase}: the n200 verdicts are another model's")
         verdicts = json.loads((run / f"{phase}_n200_episodes.json").read_text())
         heldout = [SimpleNamespace(question_id=q, correct=v["correct"]) for q, v in verdicts.items()]
         (indomain_pair,) = _pairs({"sft": keep, phase: records})
@@ -98,6 +101,7 @@ def seed1(indomain_sft: list[EpisodeRecord], heldout_sft: list[EpisodeRecord]) -
             "sft_indomain_correct": sum(r.correct for r in keep),
             "indomain_answered_rate": round(answered, 3),
             "sft_indomain_answered_rate": round(sum(r.answered for r in keep) / len(keep), 3),
+            "heldout_answered_rate": round(heldout_metrics["metrics"]["answered_rate"], 3),
             "indomain_vs_sft": indomain_pair,
             "heldout_n200_vs_sft": heldout_pair,
             **_time_v(HERE / "raw" / f"seed1_{phase}.time"),
