@@ -1,4 +1,4 @@
-"""indomain_37: run.json from the three evaluations in eval/, the check in check/, ids.json and raw/ (see PLAN.md).
+"""indomain_37: run.json from the evaluations in eval/, the check in check/, ids.json and raw/ (PLAN.md, PLAN-2.md).
 
     .venv/bin/python reports/runs/indomain_37/summarise.py   # writes reports/runs/indomain_37/run.json
 
