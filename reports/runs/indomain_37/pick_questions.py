@@ -1,13 +1,17 @@
 """indomain_37: the 200 training-domain questions that neither SFT nor GRPO trained on (ids.json), and their JSONL.
 
     .venv/bin/python reports/runs/indomain_37/pick_questions.py --workspace /work/run36 --out /tmp/indomain200.jsonl
+    # PLAN-3.md's second set: 200 more, none of the first's
+    .venv/bin/python reports/runs/indomain_37/pick_questions.py --workspace /work/run36 --out /tmp/indomain200b.jsonl \
+        --seed 1 --exclude reports/runs/indomain_37/ids.json --ids-out ids_2.json
 
 `--workspace`: a workspace of the reference run (its data/questions/train.jsonl and data/sft/train.jsonl, as
 `prepare` and `sft_data` wrote them). Left out: the 96 trajectories' questions SFT trained on (the `sft` stage's
 own choice, `select_examples` at the master seed) and every question the reference run's GRPO phases drew
 (the `questions` columns of reports/grpo_phase{1,2}/curve.csv). From the rest, per hardness level as many as
-n200 holds (reports/prepare/metrics.json), drawn with random.Random(0) from the ids in sorted order.
-Writes ids.json beside this file and the questions, in the prepare format, to `--out`.
+n200 holds (reports/prepare/metrics.json), drawn with random.Random(--seed, default 0) from the ids in sorted
+order, leaving out the ids of `--exclude` (an ids.json of an earlier draw). Writes `--ids-out` (default ids.json)
+beside this file and the questions, in the prepare format, to `--out`.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workspace", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--exclude", type=Path, help="an ids.json whose questions are left out too")
+    parser.add_argument("--ids-out", default="ids.json")
     args = parser.parse_args()
     train = _jsonl(args.workspace / "data" / "questions" / "train.jsonl")
     sft_records = _jsonl(args.workspace / "data" / "sft" / "train.jsonl")
@@ -45,8 +52,9 @@ def main() -> None:
                 grpo_ids.update(row["questions"].split())
     prepared = json.loads((REPO / "reports" / "prepare" / "metrics.json").read_text())
     wanted = prepared["splits"]["n200"]["by_hardness"]
-    eligible = [q for q in train if q["id"] not in sft_ids | grpo_ids]
-    rng = random.Random(0)
+    excluded = set(json.loads(args.exclude.read_text())["ids"]) if args.exclude else set()
+    eligible = [q for q in train if q["id"] not in sft_ids | grpo_ids | excluded]
+    rng = random.Random(args.seed)
     chosen: list[dict] = []
     for level in sorted(wanted):
         pool = sorted((q for q in eligible if q["hardness"] == level), key=lambda q: q["id"])
@@ -60,12 +68,14 @@ def main() -> None:
         "sft_by_hardness": sft_levels,  # must equal reports/sft/metrics.json's dataset.by_hardness
         "left_out_grpo": len(grpo_ids),
         "left_out_both": len(sft_ids & grpo_ids),
+        "left_out_earlier_draw": len(excluded),
+        "seed": args.seed,
         "eligible": len(eligible),
         "chosen_by_hardness": by_level,
         "chosen_databases": len({q["db_id"] for q in chosen}),
         "ids": [q["id"] for q in chosen],
     }
-    (HERE / "ids.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (HERE / args.ids_out).write_text(json.dumps(summary, indent=1) + "\n")
     args.out.write_text("".join(json.dumps(q, sort_keys=True) + "\n" for q in chosen))
 
 
