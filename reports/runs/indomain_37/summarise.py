@@ -118,6 +118,89 @@ def seed1(indomain_sft: list[EpisodeRecord], heldout_sft: list[EpisodeRecord]) -
     return out
 
 
+def set2(first: dict[str, list[EpisodeRecord]]) -> dict:
+    """Part 3 (PLAN-3.md): the reference run's SFT and phase 1 on a second draw of 200 (ids_2.json), and both
+    draws pooled."""
+    ids = json.loads((HERE / "ids_2.json").read_text())["ids"]
+    second = {p: _records(HERE / "eval" / f"set2_{p}") for p in ("sft", "grpo_phase1")}
+    for p, records in second.items():
+        if sorted(r.question_id for r in records) != sorted(ids):
+            raise SystemExit(f"set2 {p}: not the questions of ids_2.json")
+    metrics = {p: json.loads((HERE / "eval" / f"set2_{p}" / "metrics.json").read_text()) for p in second}
+    if metrics["grpo_phase1"]["model"]["fingerprint"] != first["fingerprints"]["grpo_phase1"]:
+        raise SystemExit("set2: not the reference run's phase 1")
+    (pair,) = _pairs(second)
+    (pooled,) = _pairs({p: first["records"][p] + second[p] for p in second})
+    out = {
+        "set": {k: v for k, v in json.loads((HERE / "ids_2.json").read_text()).items() if k != "ids"},
+        "summaries": {p: _summary(m) for p, m in metrics.items()},
+        "sft_vs_grpo_phase1": pair,
+        "pooled_400_sft_vs_grpo_phase1": pooled,
+        "timing": {p: _time_v(HERE / "raw" / f"set2_{p}.time") for p in second},
+    }
+    summaries = out["summaries"]
+    # a = sft: "points" is SFT minus phase 1.
+    out["predictions_held"] = {
+        "9_phase1_ahead_on_the_second_set": pair["points"] < 0,
+        "10_phase1_answers_more_than_sft": summaries["grpo_phase1"]["answered_rate"] > summaries["sft"]["answered_rate"],
+        "11_pooled_phase1_over_3_points_p_under_0_05": pooled["points"] < -3.0 and pooled["mcnemar_exact_p"] < 0.05,
+    }
+    return out
+
+
+def part4(part3: dict) -> dict:
+    """Part 4 (PLAN-4.md): the reference run's phase 2 and GRPO seed 1's phase 1 on the second draw."""
+    ids = set(json.loads((HERE / "ids_2.json").read_text())["ids"])
+    sft = [r for r in _records(HERE / "eval" / "set2_sft")]
+    phase2 = _records(HERE / "eval" / "set2_grpo_phase2")
+    seed1 = _records(HERE / "eval" / "set2_seed1_grpo_phase1")
+    for name, records in (("grpo_phase2", phase2), ("seed1_grpo_phase1", seed1)):
+        if {r.question_id for r in records} != ids or len(records) != len(ids):
+            raise SystemExit(f"set2 {name}: not the questions of ids_2.json")
+    run = REPO / "reports" / "runs" / "grpo_seed1_bf16_36"
+    expected = json.loads((run / "run.json").read_text())["seed1"]["grpo_phase1"]["model_fingerprint"][:12]
+    fingerprints = {n: json.loads((HERE / "eval" / f"set2_{n}" / "metrics.json").read_text())["model"]["fingerprint"]
+                    for n in ("grpo_phase2", "seed1_grpo_phase1")}  # fmt: skip
+    if fingerprints["seed1_grpo_phase1"] != expected or fingerprints["grpo_phase2"] != part3["reference_phase2"]:
+        raise SystemExit(f"part 4: unexpected models {fingerprints}")
+    trained: set[str] = set()
+    for phase in (1, 2):
+        with open(run / f"grpo_phase{phase}_curve.csv") as f:
+            for row in csv.DictReader(f):
+                trained.update(row["questions"].split())
+    keep = {q for q in ids if q not in trained}
+    (phase2_pair,) = _pairs({"sft": sft, "grpo_phase2": phase2})
+    first, first_ids = part3["first_draw"], set(json.loads((HERE / "ids.json").read_text())["ids"])
+    first_keep = {q for q in first_ids if q not in trained}
+    seed1_first = [r for r in _records(HERE / "eval" / "seed1_grpo_phase1") if r.question_id in first_keep]
+    (phase2_pooled,) = _pairs({"sft": first["sft"] + sft, "grpo_phase2": first["grpo_phase2"] + phase2})
+    (seed1_pooled,) = _pairs({
+        "sft": [r for r in first["sft"] if r.question_id in first_keep] + [r for r in sft if r.question_id in keep],
+        "seed1_grpo_phase1": seed1_first + [r for r in seed1 if r.question_id in keep],
+    })
+    (seed1_pair,) = _pairs({"sft": [r for r in sft if r.question_id in keep],
+                            "seed1_grpo_phase1": [r for r in seed1 if r.question_id in keep]})  # fmt: skip
+    counts = {"sft": sum(r.correct for r in sft), "grpo_phase2": sum(r.correct for r in phase2),
+              "grpo_phase1": part3["summaries"]["grpo_phase1"]["correct"]}  # fmt: skip
+    return {
+        "fingerprints": fingerprints,
+        "correct": counts,
+        "answered_rate": {"grpo_phase2": round(sum(r.answered for r in phase2) / len(phase2), 3),
+                          "seed1_grpo_phase1": round(sum(r.answered for r in seed1) / len(seed1), 3)},  # fmt: skip
+        "sft_vs_grpo_phase2": phase2_pair,
+        "seed1_left_out_trained": len(ids) - len(keep),
+        "sft_vs_seed1_grpo_phase1": seed1_pair,
+        "pooled_sft_vs_grpo_phase2": phase2_pooled,
+        "pooled_sft_vs_seed1_grpo_phase1": seed1_pooled,
+        "timing": {n: _time_v(HERE / "raw" / f"set2_{n}.time") for n in ("grpo_phase2", "seed1_grpo_phase1")},
+        "predictions_held": {
+            "12_phase2_between_sft_and_phase1": counts["sft"] <= counts["grpo_phase2"] <= counts["grpo_phase1"],
+            "13_seed1_phase1_within_4_points_p_over_0_05":
+                abs(seed1_pair["points"]) <= 4.0 and seed1_pair["mcnemar_exact_p"] > 0.05,
+        },
+    }
+
+
 def main() -> None:
     ids = json.loads((HERE / "ids.json").read_text())["ids"]
     indomain = {p: _records(HERE / "eval" / p) for p in POLICIES}
@@ -176,7 +259,10 @@ def main() -> None:
         "predictions_held": predictions,
         "timing": timing,
         "seed1_addendum": seed1(indomain["sft"], heldout["sft"]),
+        "part3_second_draw": set2({"records": indomain, "fingerprints": {p: m["model"]["fingerprint"] for p, m in metrics.items()}}),
     }
+    report["part4_second_draw"] = part4({**report["part3_second_draw"], "first_draw": indomain,
+                                         "reference_phase2": summaries["grpo_phase2"]["fingerprint"]})
     (HERE / "run.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
