@@ -201,6 +201,23 @@ def part4(part3: dict) -> dict:
     }
 
 
+def by_phase1_databases(first: dict[str, list[EpisodeRecord]]) -> dict:
+    """Post hoc (not planned): the pooled 400's seed-0 phase 1 − SFT split by whether the question's database is
+    one phase 1 drew its 32 training questions from (the curve's `questions` column; ids are <db_id>_q<n>)."""
+    drawn: set[str] = set()
+    with open(REPO / "reports" / "grpo_phase1" / "curve.csv") as f:
+        for row in csv.DictReader(f):
+            drawn.update(q.rsplit("_q", 1)[0] for q in row["questions"].split())
+    second = {p: _records(HERE / "eval" / f"set2_{p}") for p in ("sft", "grpo_phase1")}
+    pooled = {p: first[p] + second[p] for p in ("sft", "grpo_phase1")}
+    out = {"phase1_databases": sorted(drawn)}
+    for label, keep in (("databases_phase1_drew_from", True), ("other_training_databases", False)):
+        part = {p: [r for r in records if (r.question_id.rsplit("_q", 1)[0] in drawn) == keep] for p, records in pooled.items()}
+        (out[label],) = _pairs(part)
+        out[label]["databases"] = len({r.question_id.rsplit("_q", 1)[0] for r in part["sft"]})
+    return out
+
+
 def main() -> None:
     ids = json.loads((HERE / "ids.json").read_text())["ids"]
     indomain = {p: _records(HERE / "eval" / p) for p in POLICIES}
@@ -261,6 +278,7 @@ def main() -> None:
         "seed1_addendum": seed1(indomain["sft"], heldout["sft"]),
         "part3_second_draw": set2({"records": indomain, "fingerprints": {p: m["model"]["fingerprint"] for p, m in metrics.items()}}),
     }
+    report["post_hoc_by_phase1_databases"] = by_phase1_databases(indomain)
     report["part4_second_draw"] = part4({**report["part3_second_draw"], "first_draw": indomain,
                                          "reference_phase2": summaries["grpo_phase2"]["fingerprint"]})
     (HERE / "run.json").write_text(json.dumps(report, indent=1) + "\n")
