@@ -34,6 +34,16 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def drawn_questions(curves: list[Path]) -> set[str]:
+    """The question ids GRPO drew: the `questions` column of each step of its phases' curve.csv."""
+    drawn: set[str] = set()
+    for path in curves:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                drawn.update(row["questions"].split())
+    return drawn
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workspace", type=Path, required=True)
@@ -44,12 +54,9 @@ def main() -> None:
     args = parser.parse_args()
     train = _jsonl(args.workspace / "data" / "questions" / "train.jsonl")
     sft_records = _jsonl(args.workspace / "data" / "sft" / "train.jsonl")
-    sft_ids = {r["id"] for r in select_examples(sft_records, 96, 0)}
-    grpo_ids: set[str] = set()
-    for phase in (1, 2):
-        with open(REPO / "reports" / f"grpo_phase{phase}" / "curve.csv") as f:
-            for row in csv.DictReader(f):
-                grpo_ids.update(row["questions"].split())
+    sft_chosen = select_examples(sft_records, 96, 0)
+    sft_ids = {r["id"] for r in sft_chosen}
+    grpo_ids = drawn_questions([REPO / "reports" / f"grpo_phase{phase}" / "curve.csv" for phase in (1, 2)])
     prepared = json.loads((REPO / "reports" / "prepare" / "metrics.json").read_text())
     wanted = prepared["splits"]["n200"]["by_hardness"]
     excluded = set(json.loads(args.exclude.read_text())["ids"]) if args.exclude else set()
@@ -61,7 +68,7 @@ def main() -> None:
         chosen += rng.sample(pool, wanted[level])
     chosen.sort(key=lambda q: q["id"])
     by_level = {level: sum(q["hardness"] == level for q in chosen) for level in sorted(wanted)}
-    sft_levels = {level: sum(r["hardness"] == level for r in select_examples(sft_records, 96, 0)) for level in sorted(wanted)}
+    sft_levels = {level: sum(r["hardness"] == level for r in sft_chosen) for level in sorted(wanted)}
     summary = {
         "train_questions": len(train),
         "left_out_sft": len(sft_ids),

@@ -8,7 +8,6 @@ tests are the report's own (`sqlenv.eval.evaluation.paired_comparisons`).
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import sys
@@ -21,6 +20,9 @@ sys.path.insert(0, str(REPO))
 
 from sqlenv.eval.evaluation import paired_comparisons  # noqa: E402
 from sqlenv.types import EpisodeRecord  # noqa: E402
+
+sys.path.insert(0, str(HERE))  # pick_questions.py beside it, however this file is run
+from pick_questions import drawn_questions  # noqa: E402
 
 POLICIES = ("sft", "grpo_phase1", "grpo_phase2")
 
@@ -67,19 +69,18 @@ def _time_v(path: Path) -> dict:
             "max_rss_gb": round(rss * 1024 / 1e9, 2)}  # fmt: skip
 
 
+SEED1_RUN = REPO / "reports" / "runs" / "grpo_seed1_bf16_36"
+SEED1_CURVES = [SEED1_RUN / f"grpo_phase{phase}_curve.csv" for phase in (1, 2)]
+
+
 def seed1(indomain_sft: list[EpisodeRecord], heldout_sft: list[EpisodeRecord]) -> dict:
     """The addendum (PLAN-2.md): the second GRPO seed's phases against SFT, on the training-domain questions seed 1
     did not train on, and on n200 (its verdicts kept by grpo_seed1_bf16_36)."""
-    run = REPO / "reports" / "runs" / "grpo_seed1_bf16_36"
-    trained: set[str] = set()
-    for phase in (1, 2):
-        with open(run / f"grpo_phase{phase}_curve.csv") as f:
-            for row in csv.DictReader(f):
-                trained.update(row["questions"].split())
+    trained = drawn_questions(SEED1_CURVES)
     keep = [r for r in indomain_sft if r.question_id not in trained]
     kept = {r.question_id for r in keep}
     out: dict = {"left_out_trained_by_seed1": len(indomain_sft) - len(keep), "n": len(keep)}
-    expected = json.loads((run / "run.json").read_text())["seed1"]
+    expected = json.loads((SEED1_RUN / "run.json").read_text())["seed1"]
     predictions = {}
     for phase in ("grpo_phase1", "grpo_phase2"):
         folder = HERE / "eval" / f"seed1_{phase}"
@@ -88,10 +89,10 @@ def seed1(indomain_sft: list[EpisodeRecord], heldout_sft: list[EpisodeRecord]) -
             raise SystemExit(f"seed1 {phase}: not grpo-seed1-36's model")
         records = [r for r in _records(folder) if r.question_id in kept]
         answered = sum(r.answered for r in records) / len(records)
-        heldout_metrics = json.loads((run / f"{phase}_n200_metrics.json").read_text())
+        heldout_metrics = json.loads((SEED1_RUN / f"{phase}_n200_metrics.json").read_text())
         if heldout_metrics["model"]["fingerprint"] != metrics["model"]["fingerprint"]:
             raise SystemExit(f"seed1 {phase}: the n200 verdicts are another model's")
-        verdicts = json.loads((run / f"{phase}_n200_episodes.json").read_text())
+        verdicts = json.loads((SEED1_RUN / f"{phase}_n200_episodes.json").read_text())
         heldout = [SimpleNamespace(question_id=q, correct=v["correct"]) for q, v in verdicts.items()]
         (indomain_pair,) = _pairs({"sft": keep, phase: records})
         (heldout_pair,) = _pairs({"sft": heldout_sft, phase: heldout})
@@ -157,17 +158,12 @@ def part4(part3: dict) -> dict:
     for name, records in (("grpo_phase2", phase2), ("seed1_grpo_phase1", seed1)):
         if {r.question_id for r in records} != ids or len(records) != len(ids):
             raise SystemExit(f"set2 {name}: not the questions of ids_2.json")
-    run = REPO / "reports" / "runs" / "grpo_seed1_bf16_36"
-    expected = json.loads((run / "run.json").read_text())["seed1"]["grpo_phase1"]["model_fingerprint"][:12]
+    expected = json.loads((SEED1_RUN / "run.json").read_text())["seed1"]["grpo_phase1"]["model_fingerprint"][:12]
     fingerprints = {n: json.loads((HERE / "eval" / f"set2_{n}" / "metrics.json").read_text())["model"]["fingerprint"]
                     for n in ("grpo_phase2", "seed1_grpo_phase1")}  # fmt: skip
     if fingerprints["seed1_grpo_phase1"] != expected or fingerprints["grpo_phase2"] != part3["reference_phase2"]:
         raise SystemExit(f"part 4: unexpected models {fingerprints}")
-    trained: set[str] = set()
-    for phase in (1, 2):
-        with open(run / f"grpo_phase{phase}_curve.csv") as f:
-            for row in csv.DictReader(f):
-                trained.update(row["questions"].split())
+    trained = drawn_questions(SEED1_CURVES)
     keep = {q for q in ids if q not in trained}
     (phase2_pair,) = _pairs({"sft": sft, "grpo_phase2": phase2})
     first, first_ids = part3["first_draw"], set(json.loads((HERE / "ids.json").read_text())["ids"])
@@ -204,10 +200,7 @@ def part4(part3: dict) -> dict:
 def by_phase1_databases(first: dict[str, list[EpisodeRecord]]) -> dict:
     """Post hoc (not planned): the pooled 400's seed-0 phase 1 − SFT split by whether the question's database is
     one phase 1 drew its 32 training questions from (the curve's `questions` column; ids are <db_id>_q<n>)."""
-    drawn: set[str] = set()
-    with open(REPO / "reports" / "grpo_phase1" / "curve.csv") as f:
-        for row in csv.DictReader(f):
-            drawn.update(q.rsplit("_q", 1)[0] for q in row["questions"].split())
+    drawn = {q.rsplit("_q", 1)[0] for q in drawn_questions([REPO / "reports" / "grpo_phase1" / "curve.csv"])}
     second = {p: _records(HERE / "eval" / f"set2_{p}") for p in ("sft", "grpo_phase1")}
     pooled = {p: first[p] + second[p] for p in ("sft", "grpo_phase1")}
     out = {"phase1_databases": sorted(drawn)}

@@ -19,6 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RAW = HERE / "raw"
 REPO = HERE.parents[2]
+# The reference run whose stage times the cuts and slowdowns are read against.
+MAKE_RUN_36 = json.loads((HERE.parent / "make_run_36" / "run.json").read_text())
 
 
 def _stacks(name: str):
@@ -112,7 +114,7 @@ def grpo_slowdown() -> dict:
 
 def eval_slowdown() -> dict:
     profiled = float(re.search(r"in (\d+) s;", (RAW / "evaluate_base_n50.log").read_text()).group(1))
-    reference = json.loads((HERE.parent / "make_run_36" / "run.json").read_text())["stages"]["evaluate@base_n50"]["wall_s"]
+    reference = MAKE_RUN_36["stages"]["evaluate@base_n50"]["wall_s"]
     return {"profiled_s": profiled, "reference_s": reference, "slowdown": round(profiled / reference, 2)}
 
 
@@ -130,7 +132,7 @@ def processes() -> dict:
     shards = [_rollout(f"rollout_n50_shard_{x}_1thread.json") for x in ("even", "odd")]
     together = max(t["seconds"] for t in twins)
     ratio = (2 * one["episodes"] / together) / (one["episodes"] / one["seconds"])
-    stages = json.loads((HERE.parent / "make_run_36" / "run.json").read_text())["stages"]
+    stages = MAKE_RUN_36["stages"]
     n200 = sum(v["wall_s"] for k, v in stages.items() if k.startswith("evaluate@") and k.endswith("_n200") and v["wall_s"] > 1)
     return {
         "one_process_2_threads_n50": one,
@@ -158,7 +160,7 @@ def installs() -> dict:
                      "stage_imports": [_time_v(RAW / f"import_{mode}_{i}.time")["wall_s"] for i in (1, 2)]}  # fmt: skip
     out["pip_compile_s"] = round(out["compile"]["pip_install"]["wall_s"] - out["no-compile"]["pip_install"]["wall_s"], 1)
     out["import_cost_without_compile_s"] = round(out["no-compile"]["stage_imports"][1] - out["compile"]["stage_imports"][1], 1)
-    stages = json.loads((HERE.parent / "make_run_36" / "run.json").read_text())["stages"]
+    stages = MAKE_RUN_36["stages"]
     out["make_run_36_stage_processes"] = len(stages)
     out["import_cost_over_the_run_min"] = round(len(stages) * out["import_cost_without_compile_s"] / 60, 1)
     return out
@@ -188,7 +190,7 @@ CUTS = [
 
 
 def cuts() -> dict:
-    run = json.loads((HERE.parent / "make_run_36" / "run.json").read_text())
+    run = MAKE_RUN_36
     total = run["make_run"]["time_v_wall"]
     minutes = sum(float(p) * 60**i for i, p in enumerate(reversed(total.split(":")))) / 60
     rows, left = [], minutes
