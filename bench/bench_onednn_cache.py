@@ -54,8 +54,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     from sqlenv.dtype import choose_dtype
     from sqlenv.provenance import chat_template_kwargs
-    from sqlenv.train.sft import TrainConfig, build_dataset, build_trainer
-    from sqlenv.train.trl_patches import compact_lm_head
+    from sqlenv.train.sft import TrainConfig, build_dataset, build_trainer, training_patches
 
     class StepMeter(TrainerCallback):
         """Seconds and peak resident memory of each optimizer step (VmHWM reset when it begins)."""
@@ -88,7 +87,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     meter = StepMeter()
     trainer = build_trainer(model, dataset, config, scratch / "out", callbacks=[meter])
     t0 = time.perf_counter()
-    with compact_lm_head(), contextlib.redirect_stdout(sys.stderr):  # stdout carries the result only
+    with training_patches(trainer.model), contextlib.redirect_stdout(sys.stderr):  # stdout carries the result only
         output = trainer.train()
     train_s = time.perf_counter() - t0
     return {

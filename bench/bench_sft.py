@@ -1,7 +1,9 @@
 """SFT step time and memory with one knob on against off: the shared prompt prefix encoded once per step
-(`--vary shared_prefix`, the default: against TRL's own passes) or activation checkpointing (`--vary
+(`--vary shared_prefix`, the default: against TRL's own passes), activation checkpointing (`--vary
 activation_checkpointing`: the stage's `auto` turns it on in float32; the other knobs as params.yaml sets
-them); same trajectories, same model, same process.
+them) or the trainable token rows trained without whole-vocabulary copies (`--vary trainable_rows`:
+`sqlenv.train.trainable_rows`, always on in the stage, against peft's and TRL's own path); same trajectories,
+same model, same process.
 
 Both sides train `--steps` optimizer steps through the stage's builder (`sqlenv.train.sft.build_trainer`, with
 params.yaml's `sft` section and the dtype `model.dtype` resolves to, as the stage does) on the same
@@ -10,12 +12,13 @@ data/sft/train.jsonl (`select_examples`), in the trainer's shuffled order (seede
 the varied knob differs. Runs alternate (`--repeats`, each side first once), so slow drift of the machine
 falls on both; a fresh trainer per run, the model loaded each time (its load is timed apart). A step's
 seconds run from one `on_step_end` to the next (the first from `on_train_begin`). Reported: seconds per step
-per run and their median per side, the ratio (shared / plain), the tokens each side ran through the model
+per run and their median per side, the ratio (knob on / off), the tokens each side ran through the model
 (an embedding hook counts them), the final loss of each run (equal up to float rounding: the gradients are
 the same, tests check), peak RSS per run (Linux VmHWM, reset before each run) and its ratio.
 
     .venv/bin/python bench/bench_sft.py --steps 4 --repeats 2 --out reports/bench/sft.json
     .venv/bin/python bench/bench_sft.py --vary activation_checkpointing --steps 3 --repeats 1
+    .venv/bin/python bench/bench_sft.py --vary trainable_rows --steps 6 --repeats 2
     .venv/bin/python bench/bench_sft.py --model tiny --steps 2 --repeats 1     # a quick check
 """
 
@@ -52,6 +55,7 @@ from sqlenv.dtype import choose_dtype  # noqa: E402
 SIDES = {
     "shared_prefix": ("shared_prefix", "ratio_shared_over_plain"),
     "activation_checkpointing": ("checkpointing", "ratio_checkpointing_over_plain"),
+    "trainable_rows": ("sparse_rows", "ratio_sparse_rows_over_plain"),  # not a params knob: see measure()
 }
 
 
@@ -107,12 +111,11 @@ def records_for(data: Path, tiny_root: Path | None, sft: dict[str, Any], seed: i
     return chosen, label
 
 
-def measure(records: list[dict], model: str, config: Any) -> dict[str, Any]:
+def measure(records: list[dict], model: str, config: Any, sparse_rows: bool = True) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from sqlenv.provenance import chat_template_kwargs
-    from sqlenv.train.sft import build_dataset, build_trainer
-    from sqlenv.train.trl_patches import compact_lm_head
+    from sqlenv.train.sft import build_dataset, build_trainer, training_patches
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     dataset, stats = build_dataset(records, tokenizer, config.max_length, chat_template_kwargs(model))
@@ -123,11 +126,12 @@ def measure(records: list[dict], model: str, config: Any) -> dict[str, Any]:
     trainer = build_trainer(model, dataset, config, out, callbacks=[clock])
     build_s = time.perf_counter() - t0
     trainer.model.get_input_embeddings().register_forward_pre_hook(lambda m, a: tokens.append(a[0].numel()))
-    with compact_lm_head(), contextlib.redirect_stdout(sys.stderr):
+    with training_patches(trainer.model, sparse_rows), contextlib.redirect_stdout(sys.stderr):
         output = trainer.train()
     result = {
         "shared_prefix": config.shared_prefix,
         "activation_checkpointing": bool(trainer.args.activation_checkpointing),
+        "trainable_rows": sparse_rows,
         "prefix_tokens": len(getattr(trainer, "_prefix_ids", [])),
         "build_s": round(build_s, 2),
         "seconds_per_step": [round(s, 3) for s in clock.seconds],
@@ -173,9 +177,10 @@ def main(argv: list[str] | None = None) -> dict:
     runs: list[dict[str, Any]] = []
     for i in range(args.repeats):
         for on in ((True, False) if i % 2 else (False, True)):
-            fields = {**sft, args.vary: on}
+            rows = on if args.vary == "trainable_rows" else True  # the stage's way unless it is the knob
+            fields = sft if args.vary == "trainable_rows" else {**sft, args.vary: on}
             config = TrainConfig.from_params(fields, seed=params["seed"], dtype=dtype.dtype, max_steps=args.steps)
-            runs.append(measure(records, model, config))
+            runs.append(measure(records, model, config, sparse_rows=rows))
     result["loadavg_after"] = os.getloadavg()
     result["runs"] = runs
     side = {s: [r for r in runs if r[args.vary] is s] for s in (True, False)}

@@ -365,7 +365,7 @@ def _train_recording(tiny, world, tmp_path, shared: bool, steps: int = 2, checkp
 
     trainer = build_trainer(tiny, dataset, config, tmp_path / f"out-{shared}-{checkpointing}", callbacks=[Grads()])
     trainer.model.get_input_embeddings().register_forward_pre_hook(lambda m, a: lengths.append(a[0].shape[-1]))
-    with compact_lm_head():
+    with sft.training_patches(trainer.model):  # as the stage trains
         trainer.train()
     return trainer, grads, lengths
 
@@ -422,3 +422,128 @@ def test_activation_checkpointing_is_on_in_float32_only_by_default():
     for bad in ("yes", 1, None):
         with pytest.raises(ValueError, match="activation_checkpointing"):
             activation_checkpointing(bad, "float32")
+
+
+def _loss_and_grads(trainer, batch):
+    """One SFT micro-batch through the trainer's own loss (TRL's fused head), forward and backward, float32."""
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    loss = trainer.compute_loss(model, batch)
+    loss.backward()
+    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_sparse_trainable_rows_gives_the_same_loss_and_gradients(tiny, tokenizer, world, monkeypatch):
+    """`trainable_rows.sparse_trainable_rows` (always on in the stage): the embedding looks the trained rows up apart,
+    the tied head scores with a merged copy without gradient, and the rows' gradient through the head comes from a
+    zero-valued term on the log-probs. Same loss, same LoRA gradients, the same gradient of the trained rows as
+    peft's and TRL's dense path. Fails without the term (asserted below: the head's share of the rows' gradient
+    is then missing), or if TRL's SFT loss reads anything but the log-probs through the head."""
+    from sqlenv.train import trainable_rows
+
+    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
+    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    with compact_lm_head():
+        loss_dense, grads_dense = _loss_and_grads(trainer, batch)
+        with trainable_rows.sparse_trainable_rows(trainer.model) as layers:
+            loss_sparse, grads_sparse = _loss_and_grads(trainer, batch)
+            monkeypatch.setattr(trainable_rows, "_row_term", lambda *a: a[3].new_zeros(a[3].shape))
+            _, grads_without_term = _loss_and_grads(trainer, batch)
+    assert layers == 2  # the embedding's and the tied head's
+    assert loss_sparse == pytest.approx(loss_dense, rel=1e-6)
+    rows = [n for n in grads_dense if "trainable_tokens_delta" in n]
+    assert grads_dense.keys() == grads_sparse.keys() and len(rows) == 1
+    for name in grads_dense:
+        torch.testing.assert_close(grads_sparse[name], grads_dense[name], rtol=1e-5, atol=1e-7)
+    assert not torch.allclose(grads_without_term[rows[0]], grads_dense[rows[0]], rtol=1e-3, atol=1e-5)
+
+
+def _fresh_matrices(run, shape) -> int:
+    """How many new tensors of `shape` (the vocabulary matrix) the ops of `run()` create: views and in-place
+    results (which return an existing tensor) not counted."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            fresh = all(r.alias_info is None for r in func._schema.returns)
+            if fresh and isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(shape):
+                Count.n += 1
+            return out
+
+    with Count():
+        run()
+    return Count.n
+
+
+def test_sparse_trainable_rows_makes_no_vocabulary_sized_tensor_per_pass(tiny, tokenizer, world):
+    """What the sparse path is for: peft merges the whole [vocabulary, hidden] matrix on every embedding and head
+    forward and autograd brings matrix-sized gradients back (a profile of default bf16 SFT steps on the 2-core
+    Intel Xeon: 13 % of the CPU time). Sparse: one merged copy of the head, made on its first read, then none."""
+    from sqlenv.train.trainable_rows import sparse_trainable_rows
+
+    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
+    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    shape = trainer.model.get_input_embeddings().weight.shape
+
+    def run():
+        _loss_and_grads(trainer, batch)
+
+    with compact_lm_head():
+        dense = _fresh_matrices(run, shape)
+        with sparse_trainable_rows(trainer.model):
+            first, second = _fresh_matrices(run, shape), _fresh_matrices(run, shape)
+    assert dense >= 4 and (first, second) == (1, 0)
+
+
+def test_sparse_trainable_rows_hands_back_peft_and_trl_on_exit(tiny, tokenizer, world):
+    import trl.trainer.utils as trl_utils
+
+    from sqlenv.train.trainable_rows import sparse_trainable_rows, token_layers
+
+    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
+    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    original = trl_utils._ChunkedLogProbFunction
+    layers = token_layers(trainer.model)
+    with sparse_trainable_rows(trainer.model):
+        assert trl_utils._ChunkedLogProbFunction is not original
+        assert all("forward_adapters" in layer.__dict__ for layer in layers)
+    assert trl_utils._ChunkedLogProbFunction is original
+    assert all(not {"forward_adapters", "get_merged_weights", "_sqlenv_rows_state"} & set(layer.__dict__) for layer in layers)
+    with sparse_trainable_rows(torch.nn.Linear(2, 2)) as taken:  # a model without token rows: nothing changes
+        assert taken == 0 and trl_utils._ChunkedLogProbFunction is original
+
+
+def test_trainable_rows_checks_the_library_internals_it_relies_on(tiny, tokenizer, world, monkeypatch):
+    """The sparse path reads TRL's `_ChunkedLogProbFunction` arguments by name and peft's token-layer attributes:
+    when a release changes them, training refuses at once instead of computing something else."""
+    import inspect as inspect_module
+
+    import trl.trainer.utils as trl_utils
+
+    from sqlenv.train import trainable_rows
+
+    forward = inspect_module.signature(trl_utils._ChunkedLogProbFunction.forward)
+    assert tuple(forward.parameters)[1:] == trainable_rows._LOGPROB_ARGUMENTS  # fails when TRL changes them
+    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
+    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+
+    class Renamed:
+        @staticmethod
+        def forward(ctx, hidden, weights, bias, targets):
+            return hidden
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Renamed)
+    with pytest.raises(RuntimeError, match="_ChunkedLogProbFunction"):
+        with trainable_rows.sparse_trainable_rows(trainer.model):
+            pass
+    monkeypatch.undo()
+    layer = trainable_rows.token_layers(trainer.model)[0]
+    monkeypatch.delattr(type(layer), "get_merged_weights")
+    with pytest.raises(RuntimeError, match="TrainableTokensLayer"):
+        with trainable_rows.sparse_trainable_rows(trainer.model):
+            pass

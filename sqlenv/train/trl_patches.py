@@ -1,4 +1,7 @@
-"""The one patch of a TRL internal: score only the labelled positions in TRL's fused LM head on a CPU.
+"""A patch of a TRL internal: score only the labelled positions in TRL's fused LM head on a CPU.
+
+(The other one, SFT's only: `sqlenv.train.trainable_rows` wraps `_ChunkedLogProbFunction` so that the trainable
+token rows get their gradient without a dense head-weight gradient.)
 
 TRL 1.16's `add_fused_lm_head` projects only the positions with a label on Triton devices and *every*
 position elsewhere (fixed tile shapes for compilers such as Neuron). On a CPU nothing is compiled, and
