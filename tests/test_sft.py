@@ -424,11 +424,14 @@ def test_activation_checkpointing_is_on_in_float32_only_by_default():
             activation_checkpointing(bad, "float32")
 
 
-def _loss_and_grads(trainer, batch):
-    """One SFT micro-batch through the trainer's own loss (TRL's fused head), forward and backward, float32."""
+def _loss_and_grads(trainer, batch, read_head=False):
+    """One SFT micro-batch through the trainer's own loss (TRL's fused head), forward and backward, float32;
+    `read_head`: the head's weight read between them, as code asking for its dtype does."""
     model = trainer.model
     model.zero_grad(set_to_none=True)
     loss = trainer.compute_loss(model, batch)
+    if read_head:
+        assert model.get_output_embeddings().weight.dtype == torch.float32
     loss.backward()
     return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -447,11 +450,19 @@ def test_sparse_trainable_rows_gives_the_same_loss_and_gradients(tiny, tokenizer
     with compact_lm_head():
         loss_dense, grads_dense = _loss_and_grads(trainer, batch)
         with trainable_rows.sparse_trainable_rows(trainer.model) as layers:
-            loss_sparse, grads_sparse = _loss_and_grads(trainer, batch)
+            _loss_and_grads(trainer, batch)  # the head's copy made; then the rows move, as an optimizer step moves them
+            (delta,) = [p for n, p in trainer.model.named_parameters() if "trainable_tokens_delta" in n]
+            saved = delta.detach().clone()
+            with torch.no_grad():
+                delta.add_(1.0)
+            loss_moved, _ = _loss_and_grads(trainer, batch)
+            with torch.no_grad():
+                delta.copy_(saved)
+            loss_sparse, grads_sparse = _loss_and_grads(trainer, batch, read_head=True)
             monkeypatch.setattr(trainable_rows, "_row_term", lambda *a: a[3].new_zeros(a[3].shape))
             _, grads_without_term = _loss_and_grads(trainer, batch)
     assert layers == 2  # the embedding's and the tied head's
-    assert loss_sparse == pytest.approx(loss_dense, rel=1e-6)
+    assert loss_sparse == pytest.approx(loss_dense, rel=1e-6) and loss_moved != pytest.approx(loss_dense, rel=1e-3)
     rows = [n for n in grads_dense if "trainable_tokens_delta" in n]
     assert grads_dense.keys() == grads_sparse.keys() and len(rows) == 1
     for name in grads_dense:

@@ -28,7 +28,7 @@ linear layers cannot raise the logit of a token whose output row is noise, so th
 the delta into the one shared matrix. `train.merge.save_trained` checks the tag rows really changed before saving.
 peft merges the whole 151,936-row matrix on every forward for those ~13 rows; training runs inside
 `training_patches`, whose `train.trainable_rows.sparse_trainable_rows` trains them without such copies (the same
-loss and LoRA gradients; bench/bench_sft.py --vary trainable_rows: 0.78x the seconds a step on the Intel Xeon).
+loss and LoRA gradients; bench/bench_sft.py --vary trainable_rows: 0.82x the seconds a step on the Intel Xeon).
 
 What this does not do: write the final folder atomically (the caller owns the destination; the `sft`
 stage wraps it in `pipeline.io.atomic_dir`), or log anywhere but through the trainer's `report_to`.

@@ -149,7 +149,11 @@ def _merged_weights(layer: Any, active_adapters: Any) -> Any:
     merged = state["merged"]
     delta = layer.trainable_tokens_delta[active_adapters[0]]
     with torch.no_grad():
-        merged.index_copy_(0, state["index"], delta.to(merged.dtype))
+        rows = delta.to(merged.dtype)
+        # Written only when the rows changed (an optimizer step): an in-place write bumps the copy's version, and a
+        # read between a forward and its backward (`lm_head.weight.dtype`, say) must not invalidate the saved weight.
+        if not torch.equal(merged.index_select(0, state["index"]), rows):
+            merged.index_copy_(0, state["index"], rows)
     weight = merged.detach()  # a new tensor on the same memory, so the mark belongs to this read only
     setattr(weight, _ROWS, (delta, state["index"], state["lookup"]))
     return weight
