@@ -255,8 +255,7 @@ def test_subset_is_a_stable_hash_choice(world):
 
 def test_compact_head_gives_the_same_loss_and_gradients(tiny, tokenizer, world):
     """Scoring only labelled positions in TRL's fused head (our CPU speed-up) changes no number."""
-    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
-    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    trainer = _one_trajectory_trainer(tiny, tokenizer, world)
     batch = trainer.data_collator([trainer.train_dataset[0]])
     model = trainer.model
 
@@ -424,6 +423,12 @@ def test_activation_checkpointing_is_on_in_float32_only_by_default():
             activation_checkpointing(bad, "float32")
 
 
+def _one_trajectory_trainer(tiny, tokenizer, world):
+    """An SFT trainer of the tiny model (float32) over one trajectory: what the LM-head tests train on."""
+    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
+    return build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+
+
 def _loss_and_grads(trainer, batch, read_head=False):
     """One SFT micro-batch through the trainer's own loss (TRL's fused head), forward and backward, float32;
     `read_head`: the head's weight read between them, as code asking for its dtype does."""
@@ -444,8 +449,7 @@ def test_sparse_trainable_rows_gives_the_same_loss_and_gradients(tiny, tokenizer
     is then missing), or if TRL's SFT loss reads anything but the log-probs through the head."""
     from sqlenv.train import trainable_rows
 
-    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
-    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    trainer = _one_trajectory_trainer(tiny, tokenizer, world)
     batch = trainer.data_collator([trainer.train_dataset[0]])
     with compact_lm_head():
         loss_dense, grads_dense = _loss_and_grads(trainer, batch)
@@ -493,11 +497,10 @@ def _fresh_matrices(run, shape) -> int:
 def test_sparse_trainable_rows_makes_no_vocabulary_sized_tensor_per_pass(tiny, tokenizer, world):
     """What the sparse path is for: peft merges the whole [vocabulary, hidden] matrix on every embedding and head
     forward and autograd brings matrix-sized gradients back (a profile of default bf16 SFT steps on the 2-core
-    Intel Xeon: 13 % of the CPU time). Sparse: one merged copy of the head, made on its first read, then none."""
+    Intel Xeon: 13 % of their time). Sparse: one merged copy of the head, made on its first read, then none."""
     from sqlenv.train.trainable_rows import sparse_trainable_rows
 
-    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
-    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    trainer = _one_trajectory_trainer(tiny, tokenizer, world)
     batch = trainer.data_collator([trainer.train_dataset[0]])
     shape = trainer.model.get_input_embeddings().weight.shape
 
@@ -516,8 +519,7 @@ def test_sparse_trainable_rows_hands_back_peft_and_trl_on_exit(tiny, tokenizer, 
 
     from sqlenv.train.trainable_rows import sparse_trainable_rows, token_layers
 
-    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
-    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    trainer = _one_trajectory_trainer(tiny, tokenizer, world)
     original = trl_utils._ChunkedLogProbFunction
     layers = token_layers(trainer.model)
     with sparse_trainable_rows(trainer.model):
@@ -540,8 +542,7 @@ def test_trainable_rows_checks_the_library_internals_it_relies_on(tiny, tokenize
 
     forward = inspect_module.signature(trl_utils._ChunkedLogProbFunction.forward)
     assert tuple(forward.parameters)[1:] == trainable_rows._LOGPROB_ARGUMENTS  # fails when TRL changes them
-    dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
-    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    trainer = _one_trajectory_trainer(tiny, tokenizer, world)
 
     class Renamed:
         @staticmethod
