@@ -522,13 +522,35 @@ def test_sparse_trainable_rows_hands_back_peft_and_trl_on_exit(tiny, tokenizer, 
     trainer = _one_trajectory_trainer(tiny, tokenizer, world)
     original = trl_utils._ChunkedLogProbFunction
     layers = token_layers(trainer.model)
+    head = trainer.model.get_output_embeddings()
+    embedding = trainer.model.get_input_embeddings().token_adapter
     with sparse_trainable_rows(trainer.model):
         assert trl_utils._ChunkedLogProbFunction is not original
-        assert all("forward_adapters" in layer.__dict__ for layer in layers)
-    assert trl_utils._ChunkedLogProbFunction is original
+        assert "forward_adapters" in embedding.__dict__ and "_getattr_wrapped" in head.__dict__
+        assert not any("get_merged_weights" in layer.__dict__ for layer in layers)  # peft's own, for every forward
+    assert trl_utils._ChunkedLogProbFunction is original and "_getattr_wrapped" not in head.__dict__
     assert all(not {"forward_adapters", "get_merged_weights", "_sqlenv_rows_state"} & set(layer.__dict__) for layer in layers)
     with sparse_trainable_rows(torch.nn.Linear(2, 2)) as taken:  # a model without token rows: nothing changes
         assert taken == 0 and trl_utils._ChunkedLogProbFunction is original
+
+
+def test_sparse_trainable_rows_leaves_an_embedding_it_does_not_cover_to_peft(tiny, tokenizer, world, monkeypatch):
+    """An embedding the sparse lookup does not cover (one that scales its output, as Gemma3's does) runs peft's own
+    forward, with the merged matrix's gradient: the trained rows' gradient stays that of peft's path. Fails if the
+    head's gradient-free copy leaks into that forward (the embedding's share of the rows' gradient is then lost)."""
+    from sqlenv.train.trainable_rows import sparse_trainable_rows
+
+    trainer = _one_trajectory_trainer(tiny, tokenizer, world)
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    embedding = trainer.model.get_input_embeddings().token_adapter
+    monkeypatch.setattr(embedding, "_get_embed_scale", lambda: torch.tensor(1.0))  # scaled by 1: the same values
+    with compact_lm_head():
+        loss_dense, grads_dense = _loss_and_grads(trainer, batch)
+        with sparse_trainable_rows(trainer.model):
+            loss_sparse, grads_sparse = _loss_and_grads(trainer, batch)
+    assert loss_sparse == pytest.approx(loss_dense, rel=1e-6) and grads_dense.keys() == grads_sparse.keys()
+    for name in grads_dense:
+        torch.testing.assert_close(grads_sparse[name], grads_dense[name], rtol=1e-5, atol=1e-7)
 
 
 def test_trainable_rows_checks_the_library_internals_it_relies_on(tiny, tokenizer, world, monkeypatch):

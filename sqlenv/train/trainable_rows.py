@@ -27,7 +27,8 @@ metric) carries no gradient to the rows here, which a test would show if TRL's S
 
 Library internals relied on, checked on entry (a clear error, and the tests fail, if they change): peft's
 `TrainableTokensLayer` (`token_indices`, `trainable_tokens_delta`, `base_layer`, `forward_adapters`,
-`get_merged_weights`, `merged`, `disable_adapters`, `active_adapters`), and `trl.trainer.utils._ChunkedLogProbFunction`
+`get_merged_weights`, `merged`, `disable_adapters`, `active_adapters`) and `TrainableTokensWrapper._getattr_wrapped`
+(the tied head's `weight` read), and `trl.trainer.utils._ChunkedLogProbFunction`
 with its `forward` arguments (`_LOGPROB_ARGUMENTS`). Not for several active token adapters or a merged one (peft's
 own path then), nor a head with a bias or a logit softcap (refused).
 """
@@ -60,30 +61,47 @@ def token_layers(model: Any) -> list[Any]:
 @contextlib.contextmanager
 def sparse_trainable_rows(model: Any) -> Iterator[int]:
     """Within it, `model`'s trainable token rows train without whole-matrix copies (module docstring).
-    Yields how many token layers it took over (0: none in `model`, nothing changed)."""
+    Yields how many token layers it took over (0: none in `model`, nothing changed).
+
+    Two places are taken over, nothing else: the forward of an embedding's token layer, and what reading the tied
+    head's `weight` returns (peft's wrapper answers that read with `get_merged_weights`; TRL's fused head is the
+    reader). Every other use of the merged matrix — an embedding this path does not cover, the head's own forward —
+    stays peft's, with its gradient."""
     layers = token_layers(model)
     if not layers:
         yield 0
         return
+    import torch
     import trl.trainer.utils as trl_utils
 
     original = getattr(trl_utils, "_ChunkedLogProbFunction", None)
     _check_trl(original)
     for layer in layers:
         missing = [name for name in _PEFT_ATTRIBUTES if not hasattr(layer, name)]
-        if missing or not callable(getattr(type(layer), "get_merged_weights", None)):
-            lacks = missing or ["get_merged_weights"]
-            raise RuntimeError(f"peft's TrainableTokensLayer lacks {lacks}: re-check sqlenv.train.trainable_rows")
-    for layer in layers:
+        missing += [name for name in ("forward_adapters", "get_merged_weights") if not callable(getattr(type(layer), name, None))]
+        if missing:
+            raise RuntimeError(f"peft's TrainableTokensLayer lacks {missing}: re-check sqlenv.train.trainable_rows")
+    embeddings = [layer for layer in layers if isinstance(layer.base_layer, torch.nn.Embedding)]
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    head_layer = getattr(head, "token_adapter", None) if head is not None else None
+    if head_layer is not None and not (head_layer in layers and isinstance(head_layer.base_layer, torch.nn.Linear)):
+        head_layer = None
+    if head_layer is not None and not callable(getattr(type(head), "_getattr_wrapped", None)):
+        raise RuntimeError("peft's TrainableTokensWrapper lacks _getattr_wrapped: re-check sqlenv.train.trainable_rows")
+    for layer in embeddings:
         layer.forward_adapters = types.MethodType(_forward_adapters, layer)
-        layer.get_merged_weights = types.MethodType(_merged_weights, layer)
+    if head_layer is not None:
+        head._getattr_wrapped = types.MethodType(_head_attribute, head)
     trl_utils._ChunkedLogProbFunction = _LogProbsWithRows(original)
     try:
-        yield len(layers)
+        yield len(embeddings) + (head_layer is not None)
     finally:
         trl_utils._ChunkedLogProbFunction = original
+        if head_layer is not None:
+            head.__dict__.pop("_getattr_wrapped", None)
         for layer in layers:
-            for name in ("forward_adapters", "get_merged_weights", "_sqlenv_rows_state"):
+            for name in ("forward_adapters", "_sqlenv_rows_state"):
                 layer.__dict__.pop(name, None)
 
 
@@ -136,13 +154,19 @@ def _forward_adapters(layer: Any, x: Any, active_adapters: Any, *args: Any, **kw
     return out.index_put((hit,), F.embedding(row[hit], delta).to(out.dtype))
 
 
+def _head_attribute(head: Any, name: str, modules: Any) -> Any:
+    """The tied head wrapper's attribute read (peft's `_getattr_wrapped`): `weight` is `_merged_weights`' copy."""
+    layer = modules["token_adapter"]
+    if name == "weight" and _sparse(layer, layer.active_adapters):
+        return _merged_weights(layer, layer.active_adapters)
+    return type(head)._getattr_wrapped(head, name, modules)
+
+
 def _merged_weights(layer: Any, active_adapters: Any) -> Any:
     """The merged matrix without gradient: a copy made once, the trained rows written in place on every read, marked
     for `_LogProbsWithRows` (which adds their gradient to the log-probs)."""
     import torch
 
-    if not _sparse(layer, active_adapters):
-        return type(layer).get_merged_weights(layer, active_adapters)
     state = _state(layer)
     if state["merged"] is None:
         state["merged"] = layer.base_layer.weight.detach().clone()
