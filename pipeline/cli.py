@@ -81,6 +81,9 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="hf",
                    help="agent: what decodes the episodes, hf (transformers, default) or vllm (a GPU, needs "
                    "`pip install -e \".[vllm]\"`); recorded in metrics.json")
+    p.add_argument("--draft-tokens", type=int, default=8,
+                   help="agent, hf, greedy: tokens guessed per episode and decode step from its own context and "
+                   "checked in the same forward (prompt lookup; 0 = off; default 8)")
     p.add_argument("--seed", type=int, default=0, help="subset and decoding seed (default 0)")
     p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
                    help="MLflow tracking URI to log the run to (default $MLFLOW_TRACKING_URI; unset: no logging)")
@@ -173,7 +176,7 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
         settings = EvalSettings(max_total_tokens=args.max_total_tokens, batch_size=args.batch_size,
                                 gen=GenerationSettings(seed=args.seed), parser=args.parser,
                                 dtype=choose_dtype(args.dtype, model_dir).dtype,
-                                backend=args.backend)  # fmt: skip
+                                backend=args.backend, draft_tokens=args.draft_tokens)  # fmt: skip
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     start = time.perf_counter()

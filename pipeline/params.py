@@ -155,6 +155,7 @@ class EvaluateParams:
     top_p: float
     few_shot_seed: int
     backend: Literal["hf", "vllm"]
+    draft_tokens: int
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def main() -> None:
     dtype = choose_dtype(params.model.dtype, source) if plays else None
     settings = EvalSettings(max_total_tokens=ev.max_total_tokens, batch_size=ev.batch_size, gen=gen, parser=pol.parser,
                             shots=pol.shots, few_shot_seed=ev.few_shot_seed, dtype=dtype.dtype if dtype else "bfloat16",
-                            backend=ev.backend)  # fmt: skip
+                            backend=ev.backend, draft_tokens=ev.draft_tokens)  # fmt: skip
     if from_samples and not source.is_file():
         raise FileNotFoundError(f"episodes to read {set_name} off not found: {source}")
     if pol.model is not None and not from_samples and not (source / "config.json").is_file():

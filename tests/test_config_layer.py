@@ -48,6 +48,6 @@ def test_eval_settings_defaults_are_params_yaml():
     """EvalSettings is not the evaluate section (policies add parser and shots, decoding sits in `gen`), but the
     knobs it shares with it by name default to params.yaml's values (`backend: hf` among them)."""
     shared = _names(EvalSettings) & _names(schema.EvaluateParams)
-    assert shared == {"batch_size", "max_total_tokens", "few_shot_seed", "backend"}
+    assert shared == {"batch_size", "max_total_tokens", "few_shot_seed", "backend", "draft_tokens"}
     defaults = {f.name: f.default for f in dataclasses.fields(EvalSettings) if f.name in shared}
     assert defaults == {name: PARAMS["evaluate"][name] for name in shared}

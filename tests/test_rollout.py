@@ -940,3 +940,125 @@ def test_prefills_run_no_lm_head(chaotic_model, tokenizer, concert_db_dir):  # n
     finally:
         hook.remove()
     assert head_rows == [3, 3, 3]  # three decode steps of three rows
+
+
+# ------------------------------------------------------------------------------- prompt-lookup drafting
+def test_ngram_drafter_guesses_what_followed_the_latest_earlier_occurrence():
+    from sqlenv.prompt_lookup import NgramDrafter
+
+    d = NgramDrafter()
+    d.extend(0, [1, 2, 3, 4, 5, 1, 2, 3])
+    assert d.draft(0, 3) == [4, 5, 1]  # the last 3 tokens occurred at 0..2
+    assert d.draft(0, 0) == [] and d.draft(7, 3) == []  # nothing asked; an unknown episode
+    d.append(0, [9])
+    assert d.draft(0, 3) == []  # 3-9, 9: never before
+    d.extend(1, [1, 7, 1, 8, 1])
+    assert d.draft(1, 4) == [8, 1]  # the latest earlier 1 (not the first), up to the end
+    d.extend(1, [1, 7, 1, 8, 1, 7])
+    assert d.draft(1, 2) == [1, 8]  # extended: 1-7 matches the 2-gram at 0..1
+    d.extend(1, [5, 7])  # not an extension: the episode starts afresh
+    assert d.draft(1, 2) == []
+    d.forget(0)
+    assert d.draft(0, 3) == []
+
+
+def test_packed_attention_computes_what_sdpa_does(chaotic_model, tokenizer, concert_db_dir):
+    """A several-token step over a cache with holes (the boolean [rows, 1, t, kv] mask a drafting step passes):
+    `packed_sdpa` gives transformers' SDPA logits, and the model's own implementation is back afterwards."""
+    from sqlenv.decode import reserved_cache
+    from sqlenv.prompt_lookup import PACKED_SDPA, packed_attention
+
+    assert chaotic_model.config.num_key_value_heads < chaotic_model.config.num_attention_heads  # grouped heads
+    ctx = _prompt_contexts(tokenizer, concert_db_dir)[0][:40]
+    with torch.no_grad():
+        prefix = backbone(chaotic_model)(input_ids=torch.tensor([ctx, ctx[::-1]]), use_cache=True).cache
+        keep = torch.ones(2, 45, dtype=torch.bool)
+        keep[0, 5:9] = keep[1, 40:42] = False  # holes: padding, rejected guesses
+
+        def step_logits():
+            cache = reserved_cache(chaotic_model.config, 45, [(lay.keys, lay.values) for lay in prefix.layers], 40)
+            mask = keep[:, None, None, :].repeat(1, 1, 5, 1)
+            mask[..., -5:] &= torch.ones(5, 5, dtype=torch.bool).tril()
+            ids = torch.tensor([ctx[10:15], ctx[20:25]])
+            return chaotic_model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(36, 41).expand(2, -1),
+                                 cache=cache, use_cache=True, logits_to_keep=5).logits  # fmt: skip
+
+        plain = step_logits()
+        with packed_attention(chaotic_model) as packed:
+            assert packed and chaotic_model.config._attn_implementation == PACKED_SDPA
+            folded = step_logits()
+    assert chaotic_model.config._attn_implementation == "sdpa"
+    assert torch.allclose(plain, folded, atol=1e-5, rtol=1e-5)
+
+
+def test_drafted_steps_keep_exactly_the_greedy_tokens(chaotic_model, tokenizer, concert_db_dir, monkeypatch):
+    """Guesses right, half right and wrong, rows stopping on a stop token or their budget, a batch handed back
+    early: every row's tokens and kept cache are those of one-token greedy decoding, in fewer forwards."""
+    from sqlenv.prompt_lookup import NgramDrafter
+
+    contexts = _prompt_contexts(tokenizer, concert_db_dir)
+    contexts.append(contexts[1][:-3])
+    never = [-1]
+    with torch.no_grad():
+        free = ModelGenerator(chaotic_model, GenerationSettings(), never, tokenizer.pad_token_id).generate(
+            [0, 1, 2, 3], contexts, [14] * 4)
+    stops, budgets = [free[0][5]], [14, 14, 9, 14]
+
+    def truncated(tokens, budget):
+        end = next((i + 1 for i, tok in enumerate(tokens) if tok in stops), len(tokens))
+        return tokens[: min(end, budget)]
+
+    expected = [truncated(t, b) for t, b in zip(free, budgets)]
+    truth = {key: ctx + tokens for key, (ctx, tokens) in enumerate(zip(contexts, free))}
+
+    def oracle(self, key, k):  # row 0 guesses right, row 1 right then wrong, row 2 wrong, row 3 nothing
+        seq = self._tokens[key]
+        right = truth[key][len(seq) : len(seq) + k]
+        return {0: right, 1: right[:2] + [t + 1 for t in right[2:]], 2: [t + 1 for t in right], 3: []}[key]
+
+    monkeypatch.setattr(NgramDrafter, "draft", oracle)
+    forwards: list[int] = []
+    hook = chaotic_model.register_forward_pre_hook(lambda _m, _a, kw: forwards.append(kw["input_ids"].shape[1]),
+                                                   with_kwargs=True)  # fmt: skip
+    try:
+        with torch.no_grad():
+            gen = ModelGenerator(chaotic_model, GenerationSettings(), stops, tokenizer.pad_token_id, draft_tokens=4)
+            for key, ctx in enumerate(contexts):
+                gen.start(key, ctx)
+            first, stopped = gen.generate_some([0, 1, 2, 3], contexts, budgets, min_stopped=1)
+            going = [k for k in range(4) if not stopped[k]]
+            rest, done = gen.generate_some(going, [contexts[k] + first[k] for k in going],
+                                           [budgets[k] - len(first[k]) for k in going], min_stopped=len(going))
+            for k, tokens in zip(going, rest):
+                first[k] = first[k] + tokens
+            kept = {k: gen.cached(k) for k in range(4)}
+    finally:
+        hook.remove()
+    assert all(done) and first == expected
+    assert max(forwards) == 5 and len(forwards) < 2 * max(len(e) for e in expected)  # drafted steps, fewer of them
+    with torch.no_grad():
+        for key, (ctx, tokens) in enumerate(zip(contexts, expected)):
+            kv, n = kept[key]
+            assert n == len(ctx) + len(tokens) - 1  # every token but the last, no rejected guess among them
+            fresh = chaotic_model(input_ids=torch.tensor([(ctx + tokens)[:n]]), use_cache=True).cache
+            for (k, v), layer in zip(kv, fresh.layers):
+                assert torch.allclose(k, layer.keys[0], atol=1e-4, rtol=1e-4)
+                assert torch.allclose(v, layer.values[0], atol=1e-4, rtol=1e-4)
+
+
+def test_episodes_with_drafting_equal_episodes_without(chaotic_model, tokenizer, concert_db_dir):
+    """Whole episodes (several turns, the runner's hand-backs, the real n-gram guesses): the same records."""
+    questions = list(QUESTIONS) * 2
+    common = dict(db_dir=concert_db_dir, env_config=EnvConfig(step_budget=3), max_new_tokens_per_turn=12,
+                  batch_size=4, progress=False)
+    plain = run_episodes(chaotic_model, tokenizer, questions, **common)
+    widths: list[int] = []
+    hook = chaotic_model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[1]),
+                                                   with_kwargs=True)  # fmt: skip
+    try:
+        drafted = run_episodes(chaotic_model, tokenizer, questions, draft_tokens=8, **common)
+    finally:
+        hook.remove()
+    assert [r.to_dict() for r in drafted] == [r.to_dict() for r in plain]
+    assert max(widths) > 1  # steps that checked guesses
+    assert chaotic_model.config._attn_implementation == "sdpa"

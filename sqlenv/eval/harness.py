@@ -44,13 +44,14 @@ class EvalSettings:
     few_shot_seed: int = 0
     dtype: str = "bfloat16"
     backend: str = "hf"  # what decodes: hf (transformers, `ModelGenerator`) | vllm (`VLLMGenerator`)
+    draft_tokens: int = 8  # hf, greedy: tokens guessed per row and step by prompt lookup (`sqlenv.prompt_lookup`)
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
         if self.parser not in PARSERS:
             raise ValueError(f"parser must be one of {PARSERS}, got {self.parser!r}")
-        if self.shots < 0 or self.batch_size < 1 or self.max_total_tokens < 1:
-            raise ValueError("shots must be >= 0, batch_size and max_total_tokens >= 1")
+        if self.shots < 0 or self.batch_size < 1 or self.max_total_tokens < 1 or self.draft_tokens < 0:
+            raise ValueError("shots and draft_tokens must be >= 0, batch_size and max_total_tokens >= 1")
 
     def describe(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "gen": dataclasses.asdict(self.gen)}
@@ -157,7 +158,7 @@ def play(
         system_prompt=system_prompt, batch_size=settings.batch_size, max_total_tokens=settings.max_total_tokens,
         chat_template_kwargs=template_kwargs or None, parser=settings.parser, progress=progress,
         backend=settings.backend, llm_kwargs={"dtype": settings.dtype} if settings.backend == "vllm" else None,
-        after_batch=after_batch,
+        after_batch=after_batch, draft_tokens=settings.draft_tokens,
     )  # fmt: skip
     return records, {"path": str(model_dir), "fingerprint": model_fingerprint(model_dir)}
 

@@ -66,6 +66,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import deque
+from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.tool_calls import parse_turn
 from sqlenv.env.trl_adapter import agent_env_class, tool_methods
+from sqlenv.prompt_lookup import packed_attention
 from sqlenv.types import EpisodeRecord, Question
 
 
@@ -493,6 +495,7 @@ def run_episodes(
     backend: str = "hf",
     llm_kwargs: dict[str, Any] | None = None,
     after_batch: Callable[[], Any] | None = None,
+    draft_tokens: int = 0,
 ) -> list[EpisodeRecord]:
     """Play every question with `model` (a causal LM) and return one EpisodeRecord per question, in order.
 
@@ -508,7 +511,8 @@ def run_episodes(
     leaves the caller's RNG state alone.
 
     `backend` decodes: "hf" — `model` is a transformers model, decoded by `ModelGenerator` (`reuse_cache`:
-    its KV caches); "vllm" — `model` is the model folder, loaded and decoded by vLLM's offline engine
+    its KV caches; `draft_tokens` > 0: greedy steps also check that many tokens guessed from each episode's own
+    context, `sqlenv.prompt_lookup`); "vllm" — `model` is the model folder, loaded and decoded by vLLM's offline engine
     (`sqlenv.eval.vllm_backend.VLLMGenerator`, prefix caching; `llm_kwargs` such as dtype go to `vllm.LLM`).
     Everything else (prompts, stop ids, tool calls, budgets, how episodes end) is the same code.
     """
@@ -525,11 +529,11 @@ def run_episodes(
 
     eos_ids = generation_eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
-    generator = ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=reuse_cache)
     was_training = model.training
     model.eval()
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), packed_attention(model) if draft_tokens else nullcontext():
+            generator = ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=reuse_cache, draft_tokens=draft_tokens)
             torch.manual_seed(gen.seed)
             if reuse_cache:
                 template = rollout_chat_template(tokenizer)
