@@ -132,6 +132,7 @@ class GRPOParams:
     activation_checkpointing: Literal["auto", True, False]
     shared_prefix: bool
     rollout_decoder: Literal["cached", "trl"]
+    draft_tokens: int
     mask_truncated_completions: bool
 
 

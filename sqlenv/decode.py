@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlenv.prompt_lookup import PACKED_SDPA, NgramDrafter
+from sqlenv.prompt_lookup import PACKED_SDPA, NgramDrafter, accept_greedy, accept_sampled
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,12 @@ class GenerationSettings:
             warpers.append(TopPLogitsWarper(self.top_p))
 
         def sample(logits):
-            scores = warpers(None, logits.float())
-            return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+            return torch.multinomial(probabilities(logits), num_samples=1).squeeze(1)
 
+        def probabilities(logits):
+            return torch.softmax(warpers(None, logits.float()), dim=-1)
+
+        sample.probabilities = probabilities  # what a drafting step checks its guesses against
         return sample
 
 
@@ -237,9 +240,9 @@ class ModelGenerator:
         draft_tokens: int = 0,
     ):
         self.model, self.gen, self.eos_ids, self.pad_id, self.reuse_cache = model, gen, eos_ids, pad_id, reuse_cache
-        # Prompt-lookup drafting (`sqlenv.prompt_lookup`): greedy decoding on an SDPA model only.
-        sdpa = getattr(getattr(model, "config", None), "_attn_implementation", None) in ("sdpa", PACKED_SDPA)
-        self.draft_tokens = draft_tokens if draft_tokens > 0 and not gen.do_sample and sdpa else 0
+        # Prompt-lookup drafting (`sqlenv.prompt_lookup`), on a model that attends with SDPA (checked per call:
+        # GRPO hands the model over later).
+        self.draft_tokens = max(0, draft_tokens)
         self._drafter = NgramDrafter() if self.draft_tokens else None
         self.steps = self.step_tokens = 0  # decode forwards run, tokens they produced (a drafting step: several)
         self._prefix_ids: list[int] = []
@@ -375,15 +378,21 @@ class ModelGenerator:
                   min_stopped: int) -> tuple[list[list[int]], list[bool]]:  # fmt: skip
         if self.reuse_cache:
             self._prefill_rows(keys, contexts)
-        if self._drafter is not None:
+        if self._drafts():
             for key, context in zip(keys, contexts):
                 self._drafter.extend(key, context)
         # Room for the tokens decoding adds, so the decode loop writes each step's keys/values in place instead
         # of copying the whole cache; beyond it the cache grows (`reserved_cache`). A drafting step writes its
         # guesses too (the rejected ones stay as masked holes until the batch's caches are kept).
-        room = DECODE_ROOM * (2 if self.draft_tokens else 1)
+        room = DECODE_ROOM * (2 if self._drafts() else 1)
         step_ids, mask, cache = self._padded_batch(keys, contexts, room=min(max(budgets, default=0), room))
         return self._decode(keys, step_ids, mask, cache, budgets, min_stopped)
+
+    def _drafts(self) -> bool:
+        """Whether steps guess tokens: `draft_tokens` > 0 and the model attends with SDPA (a several-token
+        step's mask is the boolean one SDPA takes; `packed_attention` makes it cheap)."""
+        attention = getattr(getattr(self.model, "config", None), "_attn_implementation", None)
+        return self._drafter is not None and attention in ("sdpa", PACKED_SDPA)
 
     def _draft_length(self, rows: int) -> int:
         """Tokens to guess per row in a step of `rows` rows: `draft_tokens`, fewer in a full batch, where
@@ -401,10 +410,11 @@ class ModelGenerator:
         first), so later tokens cost only the rows still running. On an early return every row's
         keys/values are kept: a running row's cover its context and all its tokens so far but the last.
 
-        With `draft_tokens` (greedy only), a step feeds each running row its last token followed by the
-        tokens `NgramDrafter` guesses come next; the row keeps the step's greedy tokens up to and including
-        the first one that differs from the guess (each is the argmax given the tokens before it, all of which
-        are then the row's own), and the rejected guesses' cache positions get mask 0.
+        With `draft_tokens`, a step feeds each running row its last token followed by the tokens
+        `NgramDrafter` guesses come next; the row keeps what `accept_greedy` (the argmax tokens up to and
+        including the first that differs from the guess) or `accept_sampled` (speculative sampling: each
+        token distributed as a token-by-token draw) returns, and the rejected guesses' cache positions get
+        mask 0.
         """
         import torch
 
@@ -419,6 +429,7 @@ class ModelGenerator:
         rows = list(range(len(keys)))  # batch row -> index into keys
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
         guesses: list[list[int]] = [[] for _ in rows]  # per batch row: the drafted tokens fed after its last one
+        drafts = self._drafts()
         while True:
             width = step_ids.shape[1]
             drafting = any(guesses)
@@ -437,19 +448,24 @@ class ModelGenerator:
                 use_cache=True,
                 logits_to_keep=width if drafting else 1,
             ).logits
-            picked = logits.max(dim=-1).indices.tolist() if drafting else [[t] for t in choose(logits[:, -1]).tolist()]
+            if not drafting:
+                picked = [[t] for t in choose(logits[:, -1]).tolist()]
+            elif self.gen.do_sample:
+                picked = accept_sampled(choose.probabilities(logits.flatten(0, 1)).view(*logits.shape[:2], -1), guesses)
+            else:
+                picked = accept_greedy(logits, guesses)
             self.steps += 1
-            kept = []  # per batch row: the step's tokens that stay in its cache
+            kept = []  # per batch row: the step's tokens that stay in its cache (the fed ones now its context)
             for b, i in enumerate(rows):
-                n, guess = 0, guesses[b]
-                while running[i] and n <= len(guess) and (n == 0 or guess[n - 1] == picked[b][n - 1]):
+                n = 0
+                while running[i] and n < len(picked[b]):
                     token = picked[b][n]
                     completions[i].append(token)
                     running[i] = token not in self.eos_ids and len(completions[i]) < budgets[i]
                     n += 1
                 kept.append(n)
                 self.step_tokens += n
-                if self._drafter is not None and n:
+                if drafts and n:
                     self._drafter.append(keys[i], completions[i][-n:])
             if drafting:
                 columns = torch.arange(width, device=mask.device)[None, :]
@@ -468,7 +484,7 @@ class ModelGenerator:
                 cache.batch_select_indices(index)
                 mask, following = mask[index], following[index]
                 rows = [rows[b] for b in alive]
-            draft = self._draft_length(len(rows)) if self._drafter is not None else 0
+            draft = self._draft_length(len(rows)) if drafts else 0
             feeds, guesses = [], []
             for i in rows:
                 guess = []
@@ -518,8 +534,8 @@ class ExtendingContexts:
     every turn and truncates the excess).
     """
 
-    def __init__(self, model: Any, gen: GenerationSettings, eos_ids: list[int], pad_id: int):
-        self.decoder = ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=True)
+    def __init__(self, model: Any, gen: GenerationSettings, eos_ids: list[int], pad_id: int, draft_tokens: int = 0):
+        self.decoder = ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=True, draft_tokens=draft_tokens)
         self._episodes: dict[int, tuple[list[int], int]] = {}  # key -> (context + completion, prompt length)
         self._prefix_encoded = False
 

@@ -1,5 +1,6 @@
-"""Prompt-lookup drafting for greedy decoding: guess a row's next tokens from its own context, check them all
-in one forward, keep the ones greedy decoding would have picked.
+"""Prompt-lookup drafting: guess a row's next tokens from its own context, check them all in one forward, keep
+what token-by-token decoding would have produced: for greedy decoding (evaluation) the argmax tokens, for
+sampling (GRPO's rollouts) tokens drawn by speculative sampling, each distributed as a token-by-token draw.
 
 Why: on a CPU a decode step of a 0.5B model at <= 50 rows is paid mostly in reading the weights, whatever the
 rows hold (measured on the 2-core Intel Xeon, bf16, 700 cached tokens: 150 ms of matrix products a step for
@@ -9,12 +10,18 @@ turns, table and column names from tool results, a base model's repeated calls. 
 run's transcripts (make_run_38; the most recent earlier occurrence of the last 3, 2 or 1 tokens, the tokens
 that followed it as the guess) gave 2.3 tokens a step with 4 guessed for grpo_phase1_n50 and 3.2 for base_n50.
 
-Exactness: a row keeps a guessed token only where it equals the argmax of the logits at its position, given
-the tokens before it, so in exact arithmetic the completion is the one token-by-token greedy decoding gives
-(speculative decoding with a draft that needs no model; Leviathan et al. 2023, "prompt lookup decoding",
-Saxena 2023; transformers' `prompt_lookup_num_tokens`). In bf16 the logits of a position computed in a
-several-token step can differ in the last bits from a one-token step's, so a near-tie can go the other way,
-as between two processes of the one-token loop (`sqlenv.eval.rollout.run_episodes`).
+Exactness: greedy (`accept_greedy`): a row keeps a guessed token only where it equals the argmax of the logits
+at its position, given the tokens before it, so in exact arithmetic the completion is the one token-by-token
+greedy decoding gives (speculative decoding with a draft that needs no model; Leviathan et al. 2023, "prompt
+lookup decoding", Saxena 2023; transformers' `prompt_lookup_num_tokens`). In bf16 the logits of a position
+computed in a several-token step can differ in the last bits from a one-token step's, so a near-tie can go the
+other way, as between two processes of the one-token loop (`sqlenv.eval.rollout.run_episodes`). Sampling
+(`accept_sampled`): the same distribution as token-by-token sampling, other draws from the same seed.
+
+Measured on make_run_38's models (2-core Intel Xeon, bf16, fresh processes alternated; the machine's speed
+drifted by up to a quarter between runs minutes apart): grpo_phase1 on n50, greedy, 106-121 s without and
+86-96 s with 8 guesses (432 against 180 decode forwards); the SFT model sampling 16 episodes at 8 rows, as GRPO's
+rollouts (temperature 0.9), 49 against 37 ms a token (644 against 163 forwards).
 
 Attention for a several-token step: transformers' SDPA path repeats every key/value head for the query heads
 sharing it (`repeat_kv`) unless the query is one token; on the CPU that copy and the 7x larger attention it
@@ -127,3 +134,43 @@ def packed_attention(model: Any) -> Iterator[bool]:
         yield True
     finally:
         model.set_attn_implementation(before)
+
+
+def accept_greedy(logits: Any, guesses: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Per row, the tokens greedy decoding keeps from a step that fed its last token and then `guesses[row]`:
+    the argmax after each fed token, up to and including the first that differs from the next guess.
+    `logits`: [rows, 1 + longest guess, vocab], position j the prediction after the row's j-th fed token."""
+    picked = logits.max(dim=-1).indices.tolist()
+    kept = []
+    for row, guess in zip(picked, guesses):
+        n = 1
+        while n <= len(guess) and guess[n - 1] == row[n - 1]:
+            n += 1
+        kept.append(row[:n])
+    return kept
+
+
+def accept_sampled(probs: Any, guesses: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Speculative sampling with a draft that is sure of its guesses (Leviathan et al. 2023, Chen et al. 2023,
+    the draft distribution a point mass): guess j is kept with probability p_j(guess j); at the first one
+    rejected the row's token is drawn from p_j without that guess, and if all are kept, from the next
+    position's p. Each kept token is then distributed exactly as a token-by-token draw from the same p.
+    `probs`: [rows, 1 + longest guess, vocab], the sampling distributions (after temperature/top-k/top-p) at
+    each fed token; draws from torch's global RNG."""
+    import torch
+
+    final, kept = [], []
+    for row, guess in enumerate(guesses):
+        n = 0
+        while n < len(guess) and torch.rand(()) < probs[row, n, guess[n]]:
+            n += 1
+        dist = probs[row, n]
+        if n < len(guess):
+            dist = dist.clone()
+            dist[guess[n]] = 0
+            if not dist.sum() > 0:  # p_n held only the guess (probability 1, rejected by rounding): keep it
+                dist = probs[row, n]
+        final.append(dist)
+        kept.append(list(guess[:n]))
+    drawn = torch.multinomial(torch.stack(final), num_samples=1).squeeze(1).tolist()
+    return [k + [t] for k, t in zip(kept, drawn)]

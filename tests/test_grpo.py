@@ -544,6 +544,8 @@ def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(t
             weight.data.normal_(0, 0.3)
     # the transformer: prefills run it alone (no LM head), decode steps through the model
     hook = base.get_decoder().register_forward_pre_hook(lambda m, a, kw: fed.append(kw["input_ids"].numel()), with_kwargs=True)
+    attention: list[str] = []  # what attends while rollouts decode (drafting: the packed SDPA), and after
+    spy = base.register_forward_pre_hook(lambda m, a: attention.append(base.config._attn_implementation))
 
     trainer._turns.reset()
     probe = trainer._generate_single_turn(first, None, {}, 1)[0]
@@ -561,6 +563,11 @@ def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(t
     ours_later = trainer._generate_single_turn(later, None, {}, 1)[0]
     prefilled, first_step = fed[0], fed[1]  # the rollouts' new tokens in one forward, then one batched step
     hook.remove()
+    spy.remove()
+    # grpo.draft_tokens (params.yaml: 8): steps also check guessed tokens, kept by speculative sampling, which
+    # under top_k=1 keeps exactly the argmax tokens: TRL's tokens still
+    assert trainer._turns.decoder.draft_tokens == 8 and set(attention) == {"sqlenv_packed_sdpa"}
+    assert base.config._attn_implementation == "sdpa"
 
     trl_first = GRPOTrainer._generate_single_turn(trainer, first, None, {}, 1)[0]
     trl_later = GRPOTrainer._generate_single_turn(trainer, later, None, {}, 1)[0]

@@ -1062,3 +1062,35 @@ def test_episodes_with_drafting_equal_episodes_without(chaotic_model, tokenizer,
     assert [r.to_dict() for r in drafted] == [r.to_dict() for r in plain]
     assert max(widths) > 1  # steps that checked guesses
     assert chaotic_model.config._attn_implementation == "sdpa"
+
+
+def test_accept_greedy_keeps_the_argmax_up_to_the_first_miss():
+    from sqlenv.prompt_lookup import accept_greedy
+
+    logits = torch.zeros(3, 4, 10)
+    for row, best in enumerate([[1, 2, 3, 4], [1, 7, 3, 4], [5, 6, 7, 8]]):
+        logits[row, torch.arange(4), torch.tensor(best)] = 1.0
+    # row 0: guesses 1, 2, 3 all right -> 1, 2, 3 and the bonus 4; row 1: 1 right, 2 wrong (7) -> 1, 7;
+    # row 2: no guess -> 5
+    assert accept_greedy(logits, [[1, 2, 3], [1, 2, 3], []]) == [[1, 2, 3, 4], [1, 7], [5]]
+
+
+def test_accept_sampled_draws_each_token_from_the_models_distribution():
+    """Speculative sampling with a sure draft: the first token is distributed as p_0 whatever the guess, and
+    the second, given that the first was the guess, as p_1 — checked over many independent rows."""
+    from sqlenv.prompt_lookup import accept_sampled
+
+    p0, p1 = torch.tensor([0.5, 0.3, 0.2, 0.0]), torch.tensor([0.1, 0.1, 0.1, 0.7])
+    rows = 40_000
+    probs = torch.stack([p0, p1, p1]).expand(rows, -1, -1)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        out = accept_sampled(probs, [[1, 3]] * rows)  # guess 1 (p0: 0.3), then 3 (p1: 0.7)
+        sure = accept_sampled(torch.eye(4)[[2, 2]].expand(8, -1, -1), [[2]] * 8)  # p_0 is the guess alone
+    first = torch.bincount(torch.tensor([o[0] for o in out]), minlength=4) / rows
+    assert torch.allclose(first, p0, atol=0.01)
+    after_guess = [o[1] for o in out if o[0] == 1]
+    second = torch.bincount(torch.tensor(after_guess), minlength=4) / len(after_guess)
+    assert torch.allclose(second, p1, atol=0.015)
+    assert all(len(o) <= 3 for o in out) and any(len(o) == 3 for o in out)  # both guesses kept + a draw
+    assert sure == [[2, 2]] * 8

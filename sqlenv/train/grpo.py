@@ -47,6 +47,7 @@ that never emits a parseable tool call gets a constant reward, hence zero advant
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -121,6 +122,7 @@ class PhaseSettings:
     few_shot_steps: int
     use_vllm: str  # none | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
     rollout_decoder: str  # cached (our KV-cached decode loop for each turn) | trl (TRL's transformers generate)
+    draft_tokens: int  # cached: tokens guessed per rollout and decode step, checked by speculative sampling
     mask_truncated_completions: bool  # TRL's: a rollout cut off at max_completion_length leaves the loss
     shared_prefix: bool  # log-prob passes without padding, the step's shared prompt prefix encoded once (one process)
     activation_checkpointing: str | bool  # auto (on when computing in float32) | true | false (`train.checkpointing`)
@@ -325,7 +327,7 @@ def _trainer_class():
 
         def __init__(self, *args: Any, few_shot_system: str | None = None, few_shot_steps: int = 0,
                      rollout_decoder: str = "cached", loss_autocast: bool = False, shared_prefix: bool = True,
-                     **kwargs: Any):  # fmt: skip
+                     draft_tokens: int = 0, **kwargs: Any):  # fmt: skip
             super().__init__(*args, **kwargs)
             self.loss_autocast = loss_autocast
             # Under DDP the last micro-batch's backward all-reduces the gradients before the shared prefix's
@@ -345,7 +347,8 @@ def _trainer_class():
                 from sqlenv.decode import ExtendingContexts, GenerationSettings
 
                 gen = GenerationSettings(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0)
-                self._turns = ExtendingContexts(None, gen, list(self.eos_token_ids), self._tokenizer.pad_token_id)
+                self._turns = ExtendingContexts(None, gen, list(self.eos_token_ids), self._tokenizer.pad_token_id,
+                                                draft_tokens=draft_tokens)  # fmt: skip
             self.add_callback(sampler_epoch_callback(self))
 
         def compute_loss(self, model, inputs, *args, **kwargs):
@@ -438,6 +441,8 @@ def _trainer_class():
             import torch
             from trl.models.utils import unwrap_model_for_generation
 
+            from sqlenv.prompt_lookup import packed_attention
+
             with (
                 unwrap_model_for_generation(
                     self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
@@ -445,6 +450,7 @@ def _trainer_class():
                     gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
                 ) as model,
                 torch.no_grad(),
+                packed_attention(model) if self._turns.decoder.draft_tokens else contextlib.nullcontext(),
             ):  # fmt: skip
                 self._turns.decoder.model = model
                 return self._turns.generate(prompt_ids, self.max_completion_length), None
@@ -676,6 +682,7 @@ def build_trainer(
         few_shot_system=few_shot_system,
         few_shot_steps=settings.few_shot_steps,
         rollout_decoder=settings.rollout_decoder,
+        draft_tokens=settings.draft_tokens,
         shared_prefix=settings.shared_prefix,
         # bf16 on a CPU: the loss's forward pass under bf16 autocast, where peft's cast of each LoRA input
         # to the fp32 adapters is redundant and skipped (`sqlenv.train.adapters`). One default-shape step
