@@ -3,7 +3,11 @@
 Both sides are the same `sqlenv.eval.rollout.run_episodes` on the same model, questions and settings, with
 greedy decoding; only `batch_size` differs (1 for the baseline). `--turns` also times the batch that waits
 for its longest turn (the runner before continuous batching: `ModelGenerator.generate_some` off, the same
-batch size): `continuous_ratio` is what handing the batch back early buys. `--skip-sequential` leaves out
+batch size): `continuous_ratio` is what handing the batch back early buys. `--drafting K` also times the
+batched side without prompt-lookup drafting (`draft_tokens` 0 against `--draft-tokens`, default 8 as
+`evaluate.draft_tokens`), K pairs alternated in the same process (without, then with): `draft_ratio` is the
+generated tokens per second with over without (with `--temperature`, sampled episodes: other draws, so
+tokens per second, not episodes, compare). `--skip-sequential` leaves out
 the one-at-a-time side (6-8x the batched time at N=50 on the 2-core CPUs measured). The ratio of
 episodes/s is the number to watch (issue 15's target: >= 6x at N=50 with the 0.5B model on the 2-core
 CPU); absolute figures depend on the machine's load, which is recorded. Verdict agreement between the
@@ -124,6 +128,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--skip-sequential", action="store_true", help="leave out one episode at a time")
     parser.add_argument("--questions", type=Path, default=None, help="a questions JSONL (default: see above)")
     parser.add_argument("--db-dir", type=Path, default=None, help="its databases (default: data/databases)")
+    parser.add_argument("--draft-tokens", type=int, default=8, help="the batched side's prompt-lookup guesses per step")
+    parser.add_argument("--drafting", type=int, default=0, metavar="K",
+                        help="also K alternated pairs of batched runs without and with drafting")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sample at this temperature (seeded; GRPO's rollouts: 0.9) instead of greedy")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -132,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     machine.set_runtime()  # the stages' threads and oneDNN cache bound, before anything computes (oneDNN reads it once)
 
-    from sqlenv.decode import ModelGenerator
+    from sqlenv.decode import GenerationSettings, ModelGenerator
 
     questions, db_dir, source = load_questions(args.n, args.questions, args.db_dir)
     model, tokenizer, spec, dtype = load_model(args.model, args.dtype)
@@ -143,7 +152,10 @@ def main(argv: list[str] | None = None) -> dict:
         max_new_tokens_per_turn=args.max_new_tokens,
         max_total_tokens=args.max_total_tokens,
         parser=args.parser,
+        draft_tokens=args.draft_tokens,
     )
+    if args.temperature is not None:
+        common["gen"] = GenerationSettings(do_sample=True, temperature=args.temperature, seed=0)
     machine_record = bench_machine.record()
     timed_run(model, tokenizer, questions[:1], 1, **{**common, "max_turns": 1})  # warm-up: first-call costs
     batched, t_bat = timed_run(model, tokenizer, questions, args.batch_size, **common)
@@ -157,6 +169,8 @@ def main(argv: list[str] | None = None) -> dict:
         "max_new_tokens_per_turn": args.max_new_tokens,
         "max_turns": args.max_turns,
         "parser": args.parser,
+        "draft_tokens": args.draft_tokens,
+        "temperature": args.temperature,
         "torch_threads": torch.get_num_threads(),
         "batched": summary(batched, t_bat),
     }
@@ -185,6 +199,18 @@ def main(argv: list[str] | None = None) -> dict:
         uncached, t_unc = timed_run(model, tokenizer, questions, args.batch_size, reuse_cache=False, **common)
         result["batched_uncached"] = summary(uncached, t_unc)
         result["cache_ratio"] = result["batched"]["episodes_per_s"] / result["batched_uncached"]["episodes_per_s"]
+    if args.drafting:
+        pairs = []
+        for _ in range(args.drafting):
+            plain, t_plain = timed_run(model, tokenizer, questions, args.batch_size, **{**common, "draft_tokens": 0})
+            drafted, t_drafted = timed_run(model, tokenizer, questions, args.batch_size, **common)
+            pairs.append({"without": summary(plain, t_plain), "with": summary(drafted, t_drafted),
+                          "verdict_agreement": sum(a.correct == b.correct for a, b in zip(plain, drafted)) / len(questions),
+                          "transcript_agreement": sum(a.messages == b.messages for a, b in zip(plain, drafted)) / len(questions)})  # fmt: skip
+        result["drafting_pairs"] = pairs
+        rate = {side: sum(p[side]["generated_tokens"] for p in pairs) / sum(p[side]["seconds"] for p in pairs)
+                for side in ("without", "with")}  # fmt: skip
+        result["draft_ratio"] = rate["with"] / rate["without"]
     result["loadavg_after"] = os.getloadavg()
     print_json(result, args.out)
     return result

@@ -25,6 +25,19 @@ def test_bench_plays_the_same_episodes_on_every_side(tmp_path):
     assert ModelGenerator.generate_some is not None  # restored after the whole-turn side
 
 
+def test_bench_times_drafting_against_none_on_the_same_episodes(tmp_path):
+    bench = load_bench("bench_rollout")
+    tiny = build_tiny_model(tmp_path / "tiny")
+    result = bench.main(["--model", str(tiny), "--dtype", "float32", "--n", "3", "--batch-size", "2",
+                         "--max-new-tokens", "8", "--max-turns", "2", "--skip-sequential", "--drafting", "2"])  # fmt: skip
+    assert result["draft_tokens"] == 8 and len(result["drafting_pairs"]) == 2 and result["draft_ratio"] > 0
+    # fp32, greedy: drafting keeps the argmax tokens, so both sides play the very same episodes
+    assert all(p["transcript_agreement"] == 1.0 for p in result["drafting_pairs"])
+    sampled = bench.main(["--model", str(tiny), "--dtype", "float32", "--n", "3", "--batch-size", "2",
+                          "--max-new-tokens", "8", "--max-turns", "2", "--skip-sequential", "--temperature", "0.9"])  # fmt: skip
+    assert sampled["temperature"] == 0.9 and sampled["batched"]["generated_tokens"] > 0
+
+
 def test_bench_refuses_a_missing_questions_file(tmp_path):
     bench = load_bench("bench_rollout")
     try:
