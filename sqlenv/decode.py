@@ -123,7 +123,8 @@ PREFILL_PAD_SHARE = 0.2  # at most this share of a grouped prefill's positions i
 PREFILL_GROUP_TOKENS = 2048  # positions per grouped prefill forward (beyond ~128 a CPU gains nothing more)
 # Drafted positions a decode step may add, all rows together (`ModelGenerator._draft_length`): measured on the
 # 2-core Intel Xeon (0.5B, bf16, 700 cached tokens), a step costs ~80-90 ms from 1 to 5 rows x 2 tokens, then
-# ~1 ms more per row-token: [10 rows, 5 tokens] 140 ms, [25, 3] 163, [50, 1] 163, [50, 3] 305, [50, 5] 371.
+# ~1 ms more per row-token: [10 rows, 5 tokens] 140 ms, [25, 3] 163, [50, 1] 163, [50, 3] 305, [50, 5] 371. The
+# [50, 1] step is bimodal across processes on that CPU (163 ms in some, 267-285 ms in others; [10, 1] ~90 ms in all).
 DRAFT_POSITIONS = 128
 
 

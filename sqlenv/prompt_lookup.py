@@ -29,7 +29,7 @@ feeds were 75 % of a 50-row, 2-token step (600 of 800 ms). `packed_sdpa` folds t
 head into the query length instead ([rows, heads, t, d] -> [rows, kv_heads, groups * t, d], the mask repeated
 to match), transformers' own trick for one-token queries (`pack_gqa`), extended to several tokens; it is
 registered under `PACKED_SDPA` through transformers' public `AttentionInterface` and used only while
-`packed_attention(model)` is active (the evaluation's decode loop).
+`packed_attention(model)` is active (the decode loop of evaluation and of GRPO's rollouts, `sqlenv.decode`).
 """
 
 from __future__ import annotations
@@ -114,9 +114,9 @@ def _register() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-    if PACKED_SDPA not in AttentionInterface._global_mapping:
-        AttentionInterface.register(PACKED_SDPA, packed_sdpa)
-        AttentionMaskInterface.register(PACKED_SDPA, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])  # 2D masks as for sdpa
+    # The public registry (`register` is a dict update: registering again is harmless).
+    AttentionInterface.register(PACKED_SDPA, packed_sdpa)
+    AttentionMaskInterface.register(PACKED_SDPA, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])  # 2D masks as for sdpa
 
 
 @contextlib.contextmanager

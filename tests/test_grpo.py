@@ -142,6 +142,16 @@ def test_phase_params_never_leak_across_phases(tmp_path):
     assert "beta" not in p["grpo"]
 
 
+@pytest.mark.parametrize("section, key", [("grpo", "draft_tokens"), ("grpo", "few_shot_steps"),
+                                          ("grpo", "checkpoint_every"), ("grpo_phase1", "max_steps")])  # fmt: skip
+def test_phase_settings_reject_out_of_range_counts(section, key):
+    """A negative guess count must fail the stage, not be read as 0 (as evaluate.draft_tokens fails too)."""
+    p = repo_params()
+    p[section][key] = -1
+    with pytest.raises(ValueError, match=key):
+        phase_settings(phase_sections(p, 1), 1)
+
+
 def test_phase_settings_are_the_params_sections_and_nothing_else():
     """PhaseSettings is the grpo + grpo_phaseN sections merged (plus what the stage adds): no knob lives in
     one and not the other, so a params key can neither be ignored nor defaulted by the builder."""

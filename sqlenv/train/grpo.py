@@ -138,8 +138,8 @@ def phase_settings(sections: Mapping[str, Any], phase: int) -> PhaseSettings:
     phase's own, merged key by key (the two hold disjoint keys; a test ties the fields to the params)."""
     stage = STAGES[phase]
     g, p = sections["grpo"], sections[stage]
-    if g["few_shot_steps"] < 0 or g["checkpoint_every"] < 1 or p["max_steps"] < 1:
-        raise ValueError("grpo.few_shot_steps must be >= 0, grpo.checkpoint_every and max_steps >= 1")
+    if g["few_shot_steps"] < 0 or g["draft_tokens"] < 0 or g["checkpoint_every"] < 1 or p["max_steps"] < 1:
+        raise ValueError("grpo.few_shot_steps and grpo.draft_tokens must be >= 0, grpo.checkpoint_every and max_steps >= 1")
     both = set(g) & set(p)
     if both:
         raise ValueError(f"keys in both grpo and {stage}: {sorted(both)} (a key lives in one section)")
