@@ -70,6 +70,38 @@ def test_bound_is_the_clip_formula_to_the_bit(sums, limit):
     assert repr(got) == repr(expected)
 
 
+_TERM = st.sampled_from([0.0, -0.01, -0.005, 0.005, -0.2, -0.3, 0.1, 1.0, 2.0]) | st.floats(-0.5, 0.5)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(COMPONENTS[:-1]), _TERM, max_size=4), max_size=20),
+       st.sampled_from([0.0, 0.1, 0.25, 0.4, 0.49]))  # fmt: skip
+def test_bound_with_the_episodes_reach_is_bound_without_it(steps, limit):
+    """SQLEnv passes the sum of |every term earned| (`reach`) so bound() can skip its sum below the bound:
+    step after step, the clip it returns is the one computed without reach, to the bit."""
+    config = RewardConfig(shaping_bound=limit)
+    sums, reach = dict.fromkeys(COMPONENTS, 0.0), 0.0
+    for earned in steps:
+        for name, value in earned.items():
+            sums[name] += value
+            reach += abs(value)
+        got = rewards.bound(sums, config, reach)
+        assert repr(got) == repr(rewards.bound(sums, config))
+        sums["bound"] += got
+
+
+def test_bound_with_reach_clips_what_rounding_puts_over_the_bound():
+    """Summed per component, these terms come to 0.35500000000000004; summed step by step (reach) to 0.355.
+    At a bound of 0.355 the shaping is over it by rounding alone: reach at the bound must not skip the clip."""
+    config = RewardConfig(shaping_bound=0.355)
+    sums, reach = dict.fromkeys(COMPONENTS, 0.0), 0.0
+    for name, value in [("operational", 0.13), ("repeat_penalty", 0.005), ("repeat_penalty", 0.05), ("progress", 0.17)]:
+        sums[name] += value
+        reach += value
+    assert reach == 0.355 and rewards.bound(sums, config) < 0
+    assert rewards.bound(sums, config, reach) == rewards.bound(sums, config)
+
+
 def test_binary_mode_applies_correctness_alone():
     binary = RewardConfig(mode="binary").applied
     assert binary.correctness_weight == 1.0
@@ -144,6 +176,25 @@ def test_repeat_window_zero_disables_and_negative_rejected():
 )
 def test_call_identity(a, b, same):
     assert (rewards.call_key(*a) == rewards.call_key(*b)) is same
+
+
+def test_every_whitespace_character_but_space_is_unprintable():
+    """normalise_argument skips split/join for printable text without doubled, leading or trailing spaces:
+    that is the identity only if str.split splits at no printable character other than " "."""
+    import sys
+
+    splitting = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    assert len(splitting) > 20 and [c for c in splitting if c.isprintable()] == [" "]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(st.sampled_from("ab ;'\"`[]\t\n\r\x0b\x0c\x1c\x85\xa0\u1680\u2028\u3000\u200b"), max_size=12),
+       st.sampled_from(["query", "describe", "sample", "answer"]))  # fmt: skip
+def test_normalise_argument_is_split_join_then_the_tools_rule(value, tool):
+    text = " ".join(value.split())
+    expected = {"query": text.rstrip("; "), "describe": text.strip("\"'`[]").casefold()}
+    expected["sample"] = expected["describe"]
+    assert rewards.normalise_argument(tool, value) == expected.get(tool, text)
 
 
 def test_from_dict_rejects_unknown_keys():

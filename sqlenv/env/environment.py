@@ -312,6 +312,7 @@ class SQLEnv:
         self.parse_failures = 0
         self.budget_exhausted = False
         self._components = rewards.zero_components()
+        self._reach = 0.0  # sum of |every term earned|: |shaping| <= this (`rewards.bound`)
         self._recent: list[tuple[str, str]] = []
         self._seen_results = rewards.SeenResults()
         self._last_rows: list[tuple] | None = None  # the last successful query's rows (for progress)
@@ -418,10 +419,12 @@ class SQLEnv:
         return self._result(obs, earned)
 
     def _result(self, observation: str, earned: dict[str, float]) -> StepResult:
-        components = self._components
+        components, reach = self._components, self._reach
         for name, value in earned.items():
             components[name] += value
-        clip = rewards.bound(components, self.config.rewards.applied)
+            reach += abs(value)
+        self._reach = reach
+        clip = rewards.bound(components, self.config.rewards.applied, reach)
         if clip:
             components["bound"] += clip
             earned["bound"] = earned.get("bound", 0.0) + clip
