@@ -511,9 +511,10 @@ def run_episodes(
     leaves the caller's RNG state alone.
 
     `backend` decodes: "hf" — `model` is a transformers model, decoded by `ModelGenerator` (`reuse_cache`:
-    its KV caches; `draft_tokens` > 0: each decode step also checks that many tokens guessed from each episode's
-    own context, kept as greedy decoding or, sampling, by speculative sampling, `sqlenv.prompt_lookup`); "vllm" — `model` is the model folder, loaded and decoded by vLLM's offline engine
-    (`sqlenv.eval.vllm_backend.VLLMGenerator`, prefix caching; `llm_kwargs` such as dtype go to `vllm.LLM`).
+    its KV caches; `draft_tokens` > 0: each decode step also checks that many tokens guessed from each
+    episode's own context, kept as greedy decoding would or, sampling, by speculative sampling;
+    `sqlenv.prompt_lookup`); "vllm" — `model` is the model folder, loaded and decoded by vLLM's offline
+    engine (`sqlenv.eval.vllm_backend.VLLMGenerator`, prefix caching; `llm_kwargs` such as dtype go to `vllm.LLM`).
     Everything else (prompts, stop ids, tool calls, budgets, how episodes end) is the same code.
     """
     from sqlenv.eval.vllm_backend import check_backend
