@@ -175,10 +175,14 @@ def main(argv: list[str] | None = None) -> dict:
         "batched": summary(batched, t_bat),
     }
 
+    def shares(records, others) -> dict:
+        """Shares of questions whose verdict / transcript `records` give as `others` do."""
+        return {"verdict_agreement": sum(a.correct == b.correct for a, b in zip(records, others)) / len(questions),
+                "transcript_agreement": sum(a.messages == b.messages for a, b in zip(records, others)) / len(questions)}  # fmt: skip
+
     def agreement(records, prefix: str = "") -> None:
-        """Shares of questions whose verdict / transcript `records` give as the batched side does."""
-        result[f"{prefix}verdict_agreement"] = sum(a.correct == b.correct for a, b in zip(records, batched)) / len(questions)
-        result[f"{prefix}transcript_agreement"] = sum(a.messages == b.messages for a, b in zip(records, batched)) / len(questions)
+        """`shares` against the batched side, into the result under `prefix`."""
+        result.update({prefix + k: v for k, v in shares(records, batched).items()})
 
     if not args.skip_sequential:
         sequential, t_seq = timed_run(model, tokenizer, questions, 1, **common)
@@ -204,9 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
         for _ in range(args.drafting):
             plain, t_plain = timed_run(model, tokenizer, questions, args.batch_size, **{**common, "draft_tokens": 0})
             drafted, t_drafted = timed_run(model, tokenizer, questions, args.batch_size, **common)
-            pairs.append({"without": summary(plain, t_plain), "with": summary(drafted, t_drafted),
-                          "verdict_agreement": sum(a.correct == b.correct for a, b in zip(plain, drafted)) / len(questions),
-                          "transcript_agreement": sum(a.messages == b.messages for a, b in zip(plain, drafted)) / len(questions)})  # fmt: skip
+            pairs.append({"without": summary(plain, t_plain), "with": summary(drafted, t_drafted), **shares(plain, drafted)})
         result["drafting_pairs"] = pairs
         rate = {side: sum(p[side]["generated_tokens"] for p in pairs) / sum(p[side]["seconds"] for p in pairs)
                 for side in ("without", "with")}  # fmt: skip
