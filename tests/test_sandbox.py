@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import resource
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -250,6 +253,45 @@ def test_runaway_queries_stop_at_the_time_budget(numbers_db, sql):
         assert res.error.startswith("query timed out after 0.5 s")
         assert 0.5 <= took < GENEROUS_S
         assert box.execute("SELECT count(*) FROM numbers").rows == [(1000,)]  # usable afterwards
+    assert snapshot(numbers_db) == before
+
+
+# A sort that outgrows SQLite's page cache (200,000 distinct ~210-byte strings: ~45 MB of temp b-tree), run in a
+# fresh process whose peak RSS (Linux VmHWM) is reset just before it, so the peak is this query's alone.
+_SPILLING_SORT = """
+import json, sys
+from sqlenv.env.sandbox import Sandbox
+
+def kib(field):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field + ":"))
+
+with Sandbox(sys.argv[1]) as box:
+    box.execute("SELECT count(*) FROM numbers")  # connection, schema and functions set up
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := the current RSS
+    before = kib("VmRSS")
+    res = box.execute("SELECT count(DISTINCT printf('%.200c', 'x') || a.n || '-' || b.n) "
+                      "FROM numbers a, numbers b WHERE b.n <= 200")
+    grew = kib("VmHWM") - before
+print(json.dumps({"rows": res.rows, "error": res.error, "grew_kib": grew}))
+"""
+
+
+def test_large_sorts_spill_to_unlinked_temp_files_not_the_heap(numbers_db, tmp_path):
+    # temp_store=FILE: the temp b-tree goes to a file in SQLite's temp folder, unlinked as it is opened. With
+    # temp_store=MEMORY (the sandbox's setting before) the same query grew the process by ~50 MB.
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("needs Linux's resettable peak RSS (/proc/self/clear_refs)")
+    temp = tmp_path / "sqlite_tmp"
+    temp.mkdir()
+    before = snapshot(numbers_db)
+    env = {**os.environ, "SQLITE_TMPDIR": str(temp)}
+    out = subprocess.run([sys.executable, "-c", _SPILLING_SORT, str(numbers_db)], env=env, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    result = json.loads(out.stdout)
+    assert result["error"] is None and result["rows"] == [[200_000]]
+    assert result["grew_kib"] < 16 * 1024, f"the sort grew the heap by {result['grew_kib']} KiB"
+    assert list(temp.iterdir()) == []  # nothing left behind
     assert snapshot(numbers_db) == before
 
 
