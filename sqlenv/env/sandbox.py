@@ -36,10 +36,10 @@ SQLite's page cache spill to temporary files, not to the heap (`PRAGMA temp_stor
 default, stated so that a build defaulting to memory does not change it). The files are unlinked as
 SQLite opens them, in SQLite's temp folder (`SQLITE_TMPDIR`, else `TMPDIR`, else /var/tmp, /tmp), so
 nothing is left behind, and what a statement writes is bounded by its time budget. Measured on SQLite
-3.40 (2-core Intel Xeon): a runaway GROUP BY over a 10^9-row join stopped at its 2 s budget with the
-process 2 MB larger, where in-memory temp storage (`temp_store=MEMORY`, this sandbox's setting before)
-grew it by 273 MB and stopped 0.15 s late, freeing it; and every ordinary query that sorts or groups
-runs faster (in-memory temp b-trees were ~20 % slower on a Spider GROUP BY; bench/bench_env.py).
+3.40 (2-core Intel Xeon; reports/runs/sandbox_temp_store_41/): a runaway GROUP BY over a 10^9-row join
+stopped at its 2 s budget with the process 1.9 MB larger, where in-memory temp storage (`temp_store=MEMORY`,
+this sandbox's setting before 6bad4de) grew it by 264 MB and stopped 0.21 s late, freeing it; and queries
+that sort or group run faster (a Spider GROUP BY ... ORDER BY: 314 against 395 us; bench/bench_env.py).
 A Sandbox is not meant for concurrent threads: calls are serialised by a lock, so they stay correct
 but do not run in parallel.
 
