@@ -31,11 +31,12 @@ What guards the database, in layers (all of them SQLite's, none a keyword filter
   printf/format with a huge width), are replaced by linear-time equivalents that give the
   same results (see `sqlenv.env.guarded_functions`); LIKE/GLOB patterns are capped at 200 bytes.
 
-Sorts and temporary b-trees (ORDER BY, GROUP BY, DISTINCT, materialised subqueries) that outgrow
-SQLite's page cache spill to temporary files, not to the heap (`PRAGMA temp_store=FILE`: SQLite's
-default, stated so that a build defaulting to memory does not change it). The files are unlinked as
-SQLite opens them, in SQLite's temp folder (`SQLITE_TMPDIR`, else `TMPDIR`, else /var/tmp, /tmp), so
-nothing is left behind, and what a statement writes is bounded by its time budget. Measured on SQLite
+What it does not guard: the disk of the temp folder. Sorts and temporary b-trees (ORDER BY, GROUP BY,
+DISTINCT, materialised subqueries) that outgrow SQLite's page cache spill to temporary files, not to the
+heap (`PRAGMA temp_store=FILE`: SQLite's default, stated so that a build defaulting to memory does not
+change it). The files are unlinked as SQLite opens them, in SQLite's temp folder (`SQLITE_TMPDIR`, else
+`TMPDIR`, else /var/tmp, /tmp), so nothing is left behind, and what a statement writes there is bounded
+only by its time budget (a full disk fails the statement with SQLite's error text). Measured on SQLite
 3.40 (2-core Intel Xeon; reports/runs/sandbox_temp_store_41/): a runaway GROUP BY over a 10^9-row join
 stopped at its 2 s budget with the process 1.9 MB larger, where in-memory temp storage (`temp_store=MEMORY`,
 this sandbox's setting before 6bad4de) grew it by 264 MB and stopped 0.21 s late, freeing it; and queries
