@@ -14,6 +14,7 @@ DVC reused the ten committed evaluations in `make run` (the models came out bit-
 dependencies had not changed). They were then forced in the same clone (`dvc repro -f -s` of the ten and
 `report`): `forced/` holds that step's dvc.lock, outputs, log lines and `time -v` log, compared the same way."""
 import csv
+import functools
 import io
 import json
 import lzma
@@ -33,6 +34,7 @@ REFERENCE = "64d0263"  # main when the run was cloned (make_run_41's PLAN.md): m
 TRAINING = ("prepare", "prepare_model", "sft_data", "sft", "grpo_phase1", "grpo_phase2")
 
 
+@functools.cache  # dvc.lock and sft_n200's episodes are read by more than one comparison
 def reference(path):
     out = subprocess.run(["git", "-C", str(ROOT), "show", f"{REFERENCE}:{path}"], capture_output=True, text=True)
     return out.stdout if out.returncode == 0 else None
@@ -76,11 +78,16 @@ def paired(a, b, name_a, name_b):
             "mcnemar_exact_p": round(row["mcnemar_p"], 4)}
 
 
+@functools.cache
+def forced_episodes(path):
+    """A forced evaluation's episodes, kept here xz-compressed (only the two that moved)."""
+    return episodes(lzma.open(D / "forced" / "outputs" / f"{path}.xz", "rt").read())
+
+
 def moved_episodes(path):
-    """A forced evaluation's episodes (kept here xz-compressed) against the reference's: how many took another path,
+    """A forced evaluation's episodes against the reference's: how many took another path,
     where each first differs (the role of the first differing message), and the paired verdicts."""
-    ref = episodes(reference(path))
-    run = episodes(lzma.open(D / "forced" / "outputs" / f"{path}.xz", "rt").read())
+    ref, run = episodes(reference(path)), forced_episodes(path)
     first = {}
     for q, e in ref.items():
         a, b = e["messages"], run[q]["messages"]
@@ -172,7 +179,7 @@ def main():
     moved = {p: moved_episodes(p) for p in forced_same["differ"] if p.endswith("samples.jsonl")}
     g2 = episodes(reference("reports/eval/grpo_phase2_n200/samples.jsonl"))
     sft_ref = episodes(reference("reports/eval/sft_n200/samples.jsonl"))
-    sft_run = episodes(lzma.open(D / "forced/outputs/reports/eval/sft_n200/samples.jsonl.xz", "rt").read())
+    sft_run = forced_episodes("reports/eval/sft_n200/samples.jsonl")
     paid = lambda names, table: round(sum(table[n]["wall_s"][1] for n in names), 1)  # noqa: E731
     evals = [n for n in forced_stages if n.startswith("evaluate@")]
     out = {
