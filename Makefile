@@ -47,7 +47,7 @@ smoke: $(VENV)/.deps
 	python -m pipeline.smoke
 
 bench: $(VENV)/.deps
-	python bench/bench_env.py --out reports/bench/env.json
+	python bench/bench_env.py --out bench/results/env.json
 
 clean-venv:
 	rm -rf $(VENV)

@@ -32,7 +32,7 @@ Over the Spider questions the loader keeps (default /work/shared/spider dev), me
 Writes JSON to stdout and, with `--out`, to a file. Target: query ratio <= 1.25, gold-only
 and mixed.
 
-    .venv/bin/python bench/bench_env.py [--spider-dir DIR] [--rounds 6] [--out reports/bench/env.json]
+    .venv/bin/python bench/bench_env.py [--spider-dir DIR] [--rounds 6] [--out bench/results/env.json]
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ configurations. Two steps of a 0.5B model take several minutes each on the 2-cor
 machine. Defaults: models/sft, else models/base (`--model tiny`: the tiny random test model);
 data/questions/train.jsonl and data/databases (`--data`), else a fixture database with 24 questions.
 
-    .venv/bin/python bench/bench_grpo.py --steps 2 --out reports/bench/grpo.json
+    .venv/bin/python bench/bench_grpo.py --steps 2 --out bench/results/grpo.json
     .venv/bin/python bench/bench_grpo.py --model tiny --steps 1 --max-completion-length 16   # a quick check
 """
 

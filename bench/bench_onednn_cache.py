@@ -11,7 +11,7 @@ Reported per run: seconds per step, training seconds, the peak resident memory o
 reset when the step begins) and of the whole run, the final loss (the same on both sides: the cache changes
 which kernels are kept, not what they compute). Then the medians per side and the ratios (bounded / default).
 
-    .venv/bin/python bench/bench_onednn_cache.py --out reports/bench/onednn_cache_xeon.json
+    .venv/bin/python bench/bench_onednn_cache.py --out bench/results/onednn_cache_xeon.json
     .venv/bin/python bench/bench_onednn_cache.py --model tiny --steps 2     # a quick check
 """
 

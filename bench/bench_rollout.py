@@ -18,7 +18,7 @@ Defaults: the model is models/base if present, else the tiny random test model; 
 data/questions/n50.jsonl (databases in data/databases) if present, else the Spider dev questions the
 loader keeps (/work/shared/spider, overridable with SQLENV_SPIDER_DIR), else the test fixture database.
 
-    .venv/bin/python bench/bench_rollout.py --n 8 --max-new-tokens 48 --max-turns 4 --out reports/bench/rollout.json
+    .venv/bin/python bench/bench_rollout.py --n 8 --max-new-tokens 48 --max-turns 4 --out bench/results/rollout.json
     # an evaluation stage's own shape (evaluate@sft_n200): its model, questions, batch and token budget
     .venv/bin/python bench/bench_rollout.py --model models/sft --questions data/questions/n200.jsonl --n 200 \
         --batch-size 50 --max-new-tokens 768 --max-total-tokens 768 --turns --skip-sequential

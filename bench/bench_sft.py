@@ -16,7 +16,7 @@ per run and their median per side, the ratio (knob on / off), the tokens each si
 (an embedding hook counts them), the final loss of each run (equal up to float rounding: the gradients are
 the same, tests check), peak RSS per run (Linux VmHWM, reset before each run) and its ratio.
 
-    .venv/bin/python bench/bench_sft.py --steps 4 --repeats 2 --out reports/bench/sft.json
+    .venv/bin/python bench/bench_sft.py --steps 4 --repeats 2 --out bench/results/sft.json
     .venv/bin/python bench/bench_sft.py --vary activation_checkpointing --steps 3 --repeats 1
     .venv/bin/python bench/bench_sft.py --vary trainable_rows --steps 6 --repeats 2
     .venv/bin/python bench/bench_sft.py --model tiny --steps 2 --repeats 1     # a quick check

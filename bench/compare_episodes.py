@@ -9,7 +9,7 @@ McNemar p, plus each side's wall time, mean tokens and prompt settings from metr
 present in only one file are counted and left out of the pairing.
 
     .venv/bin/python bench/compare_episodes.py A_DIR B_DIR --label-a verbose --label-b compact \
-        --out reports/bench/prompt_ab.json
+        --out bench/results/prompt_ab.json
 """
 
 from __future__ import annotations

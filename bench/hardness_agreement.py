@@ -6,7 +6,7 @@ query with our sqlglot-based labeller and writes JSON: overall agreement, agreem
 official level (a recall), the confusion matrix (official -> ours) and every disagreement
 with its components, so a mismatch can be traced to the rule that caused it.
 
-    .venv/bin/python bench/hardness_agreement.py [--spider-dir DIR] [--out reports/bench/hardness_agreement.json]
+    .venv/bin/python bench/hardness_agreement.py [--spider-dir DIR] [--out bench/results/hardness_agreement.json]
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def backbone(model: Any) -> Any:
 
 
 # Positions reserved beyond a batch's tokens for the ones its decoding adds. A batch call decodes few tokens: in
-# evaluate@base_3shot_n50 (float32, AVX2 AMD EPYC; reports/runs/eval_memory_32) 36 of the 38 calls decoded 1-36
+# evaluate@base_3shot_n50 (float32, AVX2 AMD EPYC; experiments/eval_memory_32) 36 of the 38 calls decoded 1-36
 # tokens (median 14; the last few rows' calls 49 and 216), each handing the batch back once a quarter of its rows
 # had stopped. Reserving the rows' whole remaining budget (up to 768 tokens) made 9-32 % of each batch cache
 # (median 20 %), up to ~1 GB there, memory almost never written.

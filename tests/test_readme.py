@@ -67,7 +67,7 @@ def test_the_block_reads_a_report_rendered_today():
 
 def test_readme_comparable_numbers_equal_the_committed_result():
     """The README's base_sql row is read from the committed `sqlenv eval --protocol text_to_sql` result."""
-    doc = json.loads((ROOT / "reports/comparable/base_sql_spider_dev/metrics.json").read_text())
+    doc = json.loads((ROOT / "experiments/spider_comparable/base_sql_spider_dev/metrics.json").read_text())
     m = doc["metrics"]
     assert doc["settings"]["protocol"] == "text_to_sql" and m["metric"] == "ex" and m["n"] == doc["n"]
     row = f"| {m['n']} | {100 * m['accuracy']:.1f} % [{100 * m['accuracy_low']:.1f}, {100 * m['accuracy_high']:.1f}] |"
@@ -76,9 +76,9 @@ def test_readme_comparable_numbers_equal_the_committed_result():
 
 
 def test_readme_agent_rows_equal_the_committed_results():
-    """Each committed agent result of `sqlenv eval --metric ex` (reports/comparable/sft_spider_heldout_*) has its
+    """Each committed agent result of `sqlenv eval --metric ex` (experiments/spider_comparable/sft_spider_heldout_*) has its
     README row with the EX and value accuracy read from its metrics.json, and states its mode."""
-    folders = sorted((ROOT / "reports/comparable").glob("sft_spider_heldout_*_ex"))
+    folders = sorted((ROOT / "experiments/spider_comparable").glob("sft_spider_heldout_*_ex"))
     assert folders, "no committed agent result"
     lines = (ROOT / "README.md").read_text().splitlines()
     pct = lambda m, k: f"{100 * m[k]:.1f} % [{100 * m[k + '_low']:.1f}, {100 * m[k + '_high']:.1f}]"  # noqa: E731
@@ -95,7 +95,7 @@ def test_readme_schema_mode_comparison_is_computed_from_the_committed_episodes()
     from sqlenv.eval.stats import mcnemar_exact, paired_difference
 
     def verdicts(mode):
-        path = ROOT / f"reports/comparable/sft_spider_heldout_{mode}_ex/samples.jsonl"
+        path = ROOT / f"experiments/spider_comparable/sft_spider_heldout_{mode}_ex/samples.jsonl"
         return {r["question_id"]: r["correct"] for r in map(json.loads, path.read_text().splitlines())}
 
     full, hidden = verdicts("full"), verdicts("hidden")

@@ -37,7 +37,7 @@ heap (`PRAGMA temp_store=FILE`: SQLite's default, stated so that a build default
 change it). The files are unlinked as SQLite opens them, in SQLite's temp folder (`SQLITE_TMPDIR`, else
 `TMPDIR`, else /var/tmp, /tmp), so nothing is left behind, and what a statement writes there is bounded
 only by its time budget (a full disk fails the statement with SQLite's error text). Measured on SQLite
-3.40 (2-core Intel Xeon; reports/runs/sandbox_temp_store_41/): a runaway GROUP BY over a 10^9-row join
+3.40 (2-core Intel Xeon; experiments/sandbox_temp_store_41/): a runaway GROUP BY over a 10^9-row join
 stopped at its 2 s budget with the process 1.9 MB larger, where in-memory temp storage (`temp_store=MEMORY`,
 this sandbox's setting before 6bad4de) grew it by 264 MB and stopped 0.21 s late, freeing it; and queries
 that sort or group run faster (a Spider GROUP BY ... ORDER BY: 314 against 395 us; bench/bench_env.py).

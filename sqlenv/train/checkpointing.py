@@ -7,7 +7,7 @@ chose float32, `sqlenv.dtype`), or when float32 is asked for — and leaves it o
 - float32 holds every saved activation at twice bf16's size, and the weights too. On a 2-core AMD EPYC
   with AVX2 only (no AVX-512, so `auto` chose float32) the default run's SFT peaked at 9.37 GiB and GRPO
   phase 1 at 8.47 GiB without it, 6.32 and 6.04 GiB with it; the models came out bit-identical, and a
-  same-process A/B of SFT steps (shared prefix on) took ~4 % longer a step (reports/runs/fp32_checkpointing_31).
+  same-process A/B of SFT steps (shared prefix on) took ~4 % longer a step (experiments/fp32_checkpointing_31).
 - In bf16 the reference runs stay under 7.2 GB without it, and recomputing cost ~40 % a step (AMD EPYC
   with AVX-512 BF16, SFT on the 6 longest episodes): no memory problem to buy off.
 
