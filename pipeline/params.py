@@ -2,7 +2,7 @@
 
 The schema is a tree of dataclasses *without defaults*: params.yaml must spell out every
 key, so the file a user reads is the whole truth about a run (no hidden default in code).
-Validation is strict because a typo in a sweep (`-S grpo_phase1.beta=0.04` vs `-S grpo_phase1.btea=…`)
+Validation is strict because a typo in a sweep (`-S grpo.beta=0.04` vs `-S grpo.btea=…`)
 otherwise silently trains the default: an unknown key, a missing key or a value of the
 wrong type raises `ParamsError` naming the dotted key (with a "did you mean" hint).
 
@@ -117,6 +117,7 @@ class SFTParams:
 @dataclass(frozen=True)
 class GRPOParams:
     seed: int | None
+    beta: float
     lora: bool
     lora_r: int
     lora_alpha: int
@@ -138,7 +139,7 @@ class GRPOParams:
 
 @dataclass(frozen=True)
 class GRPOPhaseParams:
-    beta: float
+    beta: float | None  # None: grpo.beta
     difficulties: list[str]
     max_steps: int
     num_generations: int

@@ -7,7 +7,7 @@ models) into a temporary folder, builds a tiny random Qwen2 model with the real 
 there, writes params.yaml = the repo's params.yaml + the overrides in params-smoke.yaml
 (+ model.base = the tiny model), makes it a git repo, and runs `dvc repro`. Then it checks
 the report exists, that a second `dvc repro` has nothing to do, that a sweep
-(`dvc exp run -S grpo_phase1.beta=…`) reruns only stages downstream of GRPO, and that the other
+(`dvc exp run -S grpo.beta=…`, the users' own command) reruns only stages downstream of GRPO, and that the other
 environment mode (`-S env.schema=full -S env.answer=sql`: the full schema shown, SQL answers scored
 by execution accuracy) goes through everything after `prepare` and reports in that mode.
 
@@ -94,12 +94,12 @@ def run_smoke(workdir: Path, tracking_uri: str | None = None, remote: Path | Non
         raise SystemExit(f"smoke: a second dvc repro reran stages: {_stages_run(noop_log)}")
     _run(git + ["add", "-A"], workdir, env)
     _run(git + ["commit", "-qm", "smoke baseline"], workdir, env)
-    beta = params["grpo_phase1"]["beta"]
-    sweep_s, sweep_log = _run(["dvc", "exp", "run", "-S", f"grpo_phase1.beta={beta / 2 if beta else 0.01}"], workdir, env)
+    beta = params["grpo"]["beta"]
+    sweep_s, sweep_log = _run(["dvc", "exp", "run", "-S", f"grpo.beta={beta / 2 if beta else 0.01}"], workdir, env)
     swept = _stages_run(sweep_log)
     upstream = [s for s in swept if not (s.startswith(("grpo_", "evaluate@grpo_")) or s == "report")]
     if "grpo_phase1" not in swept or upstream:
-        raise SystemExit(f"smoke: a grpo_phase1.beta sweep should rerun GRPO and what follows only; it ran {swept}")
+        raise SystemExit(f"smoke: a grpo.beta sweep should rerun GRPO and what follows only; it ran {swept}")
     modes_s, modes_log = _run(["dvc", "exp", "run", "-S", "env.schema=full", "-S", "env.answer=sql"], workdir, env)
     moded = _stages_run(modes_log)
     expected = {"sft_data", "sft", "grpo_phase1", "grpo_phase2", "report", "evaluate@sft_n50"}

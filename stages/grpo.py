@@ -80,7 +80,8 @@ def main(phase: int) -> None:
             mlflow.log_params({"derived.gradient_accumulation_steps": plan.gradient_accumulation_steps,
                                "derived.generation_batch_size": plan.generation_batch_size,
                                "derived.prompts_per_step": plan.prompts_per_step,
-                               "derived.processes": plan.world_size})  # fmt: skip
+                               "derived.processes": plan.world_size,
+                               "derived.beta": settings.beta})  # grpo.beta or the phase's own  # fmt: skip
         trainer = build_trainer(
             settings, model_path=start, questions_file=questions, db_dir=paths.DATABASES, checkpoint_dir=ckpt_dir,
             callbacks=callbacks,

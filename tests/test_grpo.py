@@ -122,7 +122,8 @@ def test_phase_params_never_leak_across_phases(tmp_path):
     assert set(phase_sections(p, 1)) == {"seed", "env", "rewards", "model", "grpo", "grpo_phase1"}
     assert set(phase_sections(p, 2)) == {"seed", "env", "rewards", "model", "grpo", "grpo_phase2"}
     one, two = phase_settings(phase_sections(p, 1), 1), phase_settings(phase_sections(p, 2), 2)
-    assert one.beta == p["grpo_phase1"]["beta"] and two.beta == p["grpo_phase2"]["beta"]
+    assert p["grpo_phase1"]["beta"] is None and one.beta == p["grpo"]["beta"] == 0.04  # the recipe: phase 1 at 0.04
+    assert two.beta == p["grpo_phase2"]["beta"] == 0.0  # phase 2 keeps its own 0.0
     assert (one.max_completion_length, two.max_completion_length) == (512, 768)
     assert one.difficulties == ("easy",) and set(two.difficulties) == {"easy", "medium"}
 
@@ -135,11 +136,47 @@ def test_phase_params_never_leak_across_phases(tmp_path):
     r = copy.deepcopy(p)
     r["grpo_phase1"].update(max_steps=99, num_generations=9, difficulties=["extra"])
     assert phase_settings(phase_sections(r, 2), 2) == two
-    # The shared section reaches both phases; each phase has its own KL coefficient.
+    # The shared section reaches both phases; grpo.beta reaches a phase unless its own beta is set.
     s = copy.deepcopy(p)
-    s["grpo"].update(lora_r=8)
+    s["grpo"].update(lora_r=8, beta=0.1)
     assert phase_settings(phase_sections(s, 1), 1).lora_r == phase_settings(phase_sections(s, 2), 2).lora_r == 8
-    assert "beta" not in p["grpo"]
+    assert (phase_settings(phase_sections(s, 1), 1).beta, phase_settings(phase_sections(s, 2), 2).beta) == (0.1, 0.0)
+    s["grpo_phase1"]["beta"], s["grpo_phase2"]["beta"] = 0.2, None
+    assert (phase_settings(phase_sections(s, 1), 1).beta, phase_settings(phase_sections(s, 2), 2).beta) == (0.2, 0.1)
+
+
+@pytest.mark.parametrize("override, want", [("grpo.beta=0.04", (0.04, 0.0)), ("grpo.beta=0.1", (0.1, 0.0)),
+                                            ("grpo_phase2.beta=0.02", (0.04, 0.02))])  # fmt: skip
+def test_a_dvc_set_param_reaches_the_phase_grpo_config(tmp_path, override, want):
+    """`dvc exp run -S grpo.beta=0.04`, the users' sweep, applied to params.yaml exactly as DVC applies `-S`
+    (its Hydra override code, struct mode: an unknown key is refused), then loaded and validated as a stage
+    loads it: the value is the KL coefficient in each phase's GRPOConfig."""
+    import shutil
+
+    from dvc.utils.hydra import apply_overrides
+
+    from pipeline.params import load_params
+
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    apply_overrides(params, [override])
+    loaded = dataclasses.asdict(load_params(params))  # what stages/grpo.py reads
+    configs = [grpo_config(phase_settings(phase_sections(loaded, n), n), tmp_path / "ck") for n in (1, 2)]
+    assert (configs[0].beta, configs[1].beta) == want
+
+
+def test_dvc_refuses_a_key_params_yaml_lacks(tmp_path):
+    """The other side of the sweep test: DVC's `-S` refuses a key params.yaml does not have, as it refused
+    `grpo.beta` before the key existed."""
+    import shutil
+
+    from dvc.exceptions import InvalidArgumentError
+    from dvc.utils.hydra import apply_overrides
+
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    with pytest.raises(InvalidArgumentError):
+        apply_overrides(params, ["grpo.btea=0.04"])
 
 
 @pytest.mark.parametrize("section, key", [("grpo", "draft_tokens"), ("grpo", "few_shot_steps"),

@@ -103,7 +103,8 @@ def test_phase1_outs_and_mlflow_run(workspace):
     record = json.loads(Path(client.download_artifacts(run.info.run_id, transcripts[0].path)).read_text().splitlines()[0])
     assert record["messages"][0]["role"] == "system" and record["verdict"] in ("correct", "wrong", "unanswered")
     assert set(record["reward_components"]) == set(COMPONENTS)
-    assert run.data.params["grpo_phase1.beta"] == "0.04" and "grpo_phase2.beta" not in run.data.params
+    assert run.data.params["grpo.beta"] == "0.04" and run.data.params["derived.beta"] == "0.04"  # phase 1: grpo.beta
+    assert "grpo_phase2.beta" not in run.data.params
 
 
 def test_phase2_starts_from_phase1(workspace):

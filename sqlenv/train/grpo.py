@@ -4,8 +4,9 @@ What this module builds, and what it guards:
 - Settings of a phase from exactly its params sections (`phase_sections`, `phase_settings`): phase 1
   reads `grpo_phase1` + the shared `grpo`, `env`, `rewards`, `seed`, `model.{dtype,enable_thinking}`;
   phase 2 reads `grpo_phase2` instead, never the other phase's section. Each phase section holds its own
-  `beta`, `difficulties`, `max_steps`, `num_generations`, `learning_rate`, `temperature`,
-  `max_completion_length`; `grpo` holds what both share. Both phases train with `grpo.seed` where it is
+  `difficulties`, `max_steps`, `num_generations`, `learning_rate`, `temperature`,
+  `max_completion_length`; `grpo` holds what both share. `beta` is the one key in both: `grpo.beta` is
+  GRPO's KL coefficient, and a phase's own `beta` overrides it unless null (phase 2's 0.0 by default). Both phases train with `grpo.seed` where it is
   set, else with the master `seed`: a GRPO seed sweep leaves world, splits and SFT alone.
 - Batch sizes (`plan_batches`): every optimizer step generates fresh rollouts for whole GRPO groups.
   TRL requires `generation_batch_size % num_generations == 0` and a generation batch that is a whole
@@ -140,10 +141,13 @@ def phase_settings(sections: Mapping[str, Any], phase: int) -> PhaseSettings:
     g, p = sections["grpo"], sections[stage]
     if g["few_shot_steps"] < 0 or g["draft_tokens"] < 0 or g["checkpoint_every"] < 1 or p["max_steps"] < 1:
         raise ValueError("grpo.few_shot_steps and grpo.draft_tokens must be >= 0, grpo.checkpoint_every and max_steps >= 1")
-    both = set(g) & set(p)
+    # A key lives in one section, except `beta`: grpo.beta is GRPO's KL coefficient, and a phase's own
+    # beta (not null) overrides it (params.yaml: phase 1 uses grpo.beta, phase 2 keeps the recipe's 0.0).
+    both = set(g) & set(p) - {"beta"}
     if both:
         raise ValueError(f"keys in both grpo and {stage}: {sorted(both)} (a key lives in one section)")
     merged = {**g, **p, "difficulties": tuple(p["difficulties"])}
+    merged["beta"] = g["beta"] if p.get("beta") is None else p["beta"]
     seed = merged.pop("seed", None)  # grpo.seed: the phases' own training seed; None: the master seed
     return PhaseSettings(
         stage=stage, seed=int(sections["seed"] if seed is None else seed), dtype=sections["model"]["dtype"],
