@@ -9,6 +9,9 @@ with a tracking server (`MLFLOW_TRACKING_URI=http://…`) the experiment is crea
 artifact location, so the server's own (proxied `mlflow-artifacts:`) root takes the artifacts and
 nothing is written to a local path (`make test` checks this against a real `mlflow server`).
 
+The experiment carries `mlflow.experimentKind` = `custom_model_development`, so the MLflow UI opens it in
+its model-training view. A stage stopped by Ctrl-C or SIGTERM ends its run KILLED (and exits 130 / 143).
+
 Tags on every run: `stage`, `git_commit` (+ `git_dirty`), `dvc_exp_name`,
 `dvc_exp_baseline_rev`, `params_hash` (of exactly the params the stage read), `env_schema` and
 `env_answer` (the environment mode, on every stage that reads it: results of two modes are never
@@ -31,7 +34,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +48,9 @@ from pipeline import machine
 from pipeline.params import flatten, params_hash, repo_root
 
 EXPERIMENT_NAME = "sqlenv"
+# MLflow's UI picks its layout from this experiment tag; without it, the traces the evaluation logs make the
+# UI infer a GenAI experiment and list the stage runs under "Evaluations". These are training runs.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def tracking_uri() -> str:
@@ -76,11 +84,14 @@ def git_commit() -> tuple[str, bool]:
 def _experiment_id() -> str:
     exp = mlflow.get_experiment_by_name(EXPERIMENT_NAME)
     if exp is not None:
+        for key, value in EXPERIMENT_KIND.items():  # a store made before the tag existed gets it too
+            if exp.tags.get(key) != value:
+                mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
     served = tracking_uri().startswith(("http://", "https://", "databricks"))
     artifacts = None if served else (repo_root() / "mlartifacts").as_uri()
     try:
-        return mlflow.create_experiment(EXPERIMENT_NAME, artifact_location=artifacts)
+        return mlflow.create_experiment(EXPERIMENT_NAME, artifact_location=artifacts, tags=EXPERIMENT_KIND)
     except mlflow.exceptions.MlflowException:
         # Another stage created it between our lookup and create (parallel `dvc queue` workers).
         return mlflow.get_experiment_by_name(EXPERIMENT_NAME).experiment_id
@@ -134,9 +145,41 @@ def run_tags(stage: str, params: dict[str, Any]) -> dict[str, str]:
     }
 
 
+class Terminated(SystemExit):
+    """SIGTERM raised as an exception (exit status 128 + 15), so a stopped stage unwinds: its `finally` blocks
+    run and its MLflow run ends KILLED instead of staying RUNNING forever (`dvc queue kill`, a shutdown)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(128 + signum)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises `Terminated` (main thread only: Python runs handlers there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _end_killed(run_id: str) -> None:
+    """End the run KILLED, whether it is still the active run or a trainer's callback ended it already."""
+    active = mlflow.active_run()
+    if active is not None and active.info.run_id == run_id:
+        mlflow.end_run("KILLED")
+    else:
+        mlflow.MlflowClient().set_terminated(run_id, "KILLED")
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -> Iterator[Any]:
-    """Open the stage's MLflow run, log its params and tags, and end it FAILED on error.
+    """Open the stage's MLflow run, log its params and tags; end it FAILED on error and KILLED when the stage is
+    stopped (Ctrl-C, SIGTERM).
 
     `params` is the nested dict of exactly the sections the stage read. The run id is also
     exported as MLFLOW_RUN_ID so a Hugging Face trainer's MLflow callback logs into it.
@@ -146,7 +189,7 @@ def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -
     machine.set_runtime()
     tags = {**run_tags(stage, params), **machine.facts()}
     parent = _parent_run_id(experiment_id)
-    with mlflow.start_run(
+    with _sigterm_raises(), mlflow.start_run(
         experiment_id=experiment_id, run_name=run_name or stage, tags=tags, parent_run_id=parent
     ) as run:
         mlflow.log_params(flatten(params))
@@ -155,6 +198,9 @@ def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -
         os.environ["MLFLOW_RUN_ID"] = run.info.run_id
         try:
             yield run
+        except (KeyboardInterrupt, Terminated):
+            _end_killed(run.info.run_id)  # before the `with` would end it FAILED; `finally` still logs the end
+            raise
         finally:
             _log_end(run.info.run_id)
             if previous is None:

@@ -14,6 +14,7 @@ def store(tmp_path, monkeypatch):
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
     for var in ("DVC_EXP_NAME", "SQLENV_PIPELINE_RUN", "MLFLOW_RUN_ID"):
         monkeypatch.delenv(var, raising=False)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")  # a test that only reads the store reads this one
     return tmp_path
 
 
@@ -98,3 +99,51 @@ def test_a_failed_stage_still_records_its_peak_memory(store):
         raise RuntimeError("boom")
     (run,) = [r for r in _runs() if r.data.tags.get("stage") == "sft"]
     assert run.info.status == "FAILED" and run.data.metrics["system/peak_rss_mb"] > 0
+
+
+def test_the_experiment_opens_in_the_model_training_view(store):
+    """MLflow's UI reads `mlflow.experimentKind`; untagged, the evaluation's traces make it infer a GenAI
+    experiment and list the stage runs under "Evaluations"."""
+    with tracking.stage_run("prepare", {"seed": 0}):
+        pass
+    exp = mlflow.MlflowClient().get_experiment_by_name(tracking.EXPERIMENT_NAME)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    # A store made before the tag existed is tagged by the next stage that runs.
+    mlflow.MlflowClient().delete_experiment_tag(exp.experiment_id, "mlflow.experimentKind")
+    with tracking.stage_run("sft", {"seed": 0}):
+        pass
+    assert mlflow.MlflowClient().get_experiment(exp.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+_STOPPABLE = """
+import sys, time
+from pipeline import tracking
+with tracking.stage_run("grpo_phase1", {"seed": 0}):
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("how, status", [("SIGTERM", 143), ("SIGINT", None)])
+def test_a_stopped_stage_ends_its_run_killed(store, how, status):
+    """`dvc queue kill`, a shutdown (SIGTERM) or Ctrl-C (SIGINT) end the stage's MLflow run KILLED, not RUNNING
+    forever, and the process exits non-zero."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-c", _STOPPABLE], cwd=root, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(getattr(signal, how))
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert code != 0 and (status is None or code == status)
+    (stage,) = [r for r in _runs() if "stage" in r.data.tags]
+    assert stage.info.status == "KILLED"
+    assert "system/peak_rss_mb" in stage.data.metrics or any(k.startswith("system/") for k in stage.data.metrics)
