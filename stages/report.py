@@ -24,6 +24,7 @@ import pandas as pd
 from pipeline import paths
 from pipeline.io import atomic_dir, atomic_write_text
 from pipeline.params import load_params
+from pipeline.results import stage_documents
 from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, stage_run
 from sqlenv.eval.harness import load_questions_file
@@ -32,7 +33,6 @@ from sqlenv.provenance import model_fingerprint
 from sqlenv.report.markdown import machine_description, render_report
 from sqlenv.report.plots import write_plots
 from sqlenv.report.results import (
-    COST_STAGES,
     CURVES,
     SETS,
     Live,
@@ -70,16 +70,6 @@ def headline_metrics(inputs) -> dict[str, float]:
     return out
 
 
-def stage_documents() -> dict[str, dict]:
-    """The metrics.json of each stage before the evaluations and of each evaluation that exists, by stage
-    name (for the cost table)."""
-    import json
-
-    files = {name: paths.metrics_file(name) for name in COST_STAGES}
-    files.update({f"evaluate@{d.name}": d / "metrics.json" for d in sorted(EVAL_DIR.glob("*")) if d.is_dir()})
-    return {name: json.loads(f.read_text(encoding="utf-8")) for name, f in files.items() if f.is_file()}
-
-
 def live_state(mode: str) -> Live:
     """Each policy's live model fingerprint (policies whose model folder is missing are absent), set ids and the
     environment mode (`schema=… answer=…`)."""
@@ -89,9 +79,9 @@ def live_state(mode: str) -> Live:
             fingerprints[name] = None
         elif (paths.MODELS / policy.model / "config.json").is_file():
             fingerprints[name] = model_fingerprint(paths.MODELS / policy.model)
-    sets = {s: [q.id for q in load_questions_file(paths.questions_file(s))] for s in SETS
-            if paths.questions_file(s).is_file()}  # fmt: skip
-    return Live(fingerprints, sets, mode)
+    questions = {s: load_questions_file(paths.questions_file(s)) for s in SETS if paths.questions_file(s).is_file()}
+    groups = {q.id: q.group for qs in questions.values() for q in qs}  # the held-out unit, for the domain bootstrap
+    return Live(fingerprints, {s: [q.id for q in qs] for s, qs in questions.items()}, mode, groups)
 
 
 def main() -> None:

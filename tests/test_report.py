@@ -408,3 +408,26 @@ def test_cost_table_lists_each_stage_that_recorded_its_machine():
     assert "| sft | 600 s | 6.0 GiB | bfloat16 (1.50 / 6.00) | 2 | 0.50 → 2.10 | 48 × 12.5 s |" in table
     assert "| grpo_phase1 | 500 s | 6.8 GiB | float32 | 2 | 0.50 → 2.10 | 8 × 62.5 s, 32 distinct questions |" in table
     assert "CPU: AMD EPYC, AMD EPYC (AuthenticAMD 25/17: avx2 fma)." in footer and "28.6 min" in footer
+
+
+def test_headline_states_what_it_could_detect_and_a_domain_interval():
+    """Beside the paired test, the headline says the smallest difference the comparison detects at 80 % power (and
+    how many paired questions a 5-point effect needs), and an interval that resamples held-out domains."""
+    from sqlenv.report.markdown import headline_section
+    from sqlenv.report.results import EvalResult, ReportInputs
+
+    right = {"sft": set(range(0, 90)), "grpo_phase2": set(range(4, 90)) | set(range(90, 95))}  # 5 : 4 discordant
+    results = [EvalResult(p, "n200", {"accuracy": len(r) / 200}, {"policy": p, "set": "n200"},
+                          [episode(p, i, i in r) for i in range(200)]) for p, r in right.items()]  # fmt: skip
+    for result in results:
+        for i, record in enumerate(result.records):
+            record.question_id = f"q{i:03d}"
+    groups = {f"q{i:03d}": f"domain{i % 5}" for i in range(200)}
+    pairs = comparisons_table(results)
+    text = "\n".join(headline_section(pairs, ReportInputs(results, groups=groups)))
+    assert "**grpo_phase2 vs sft on n200**" in text and "only grpo_phase2 right on 5, only sft on 4" in text
+    assert "(9 of 200 questions, 4.5 %)" in text and "with 80 % power" in text
+    assert "a 5-point difference would need about" in text or "more than this discordance allows" in text
+    assert "Resampling the 5 held-out domains" in text and "with so few domains a bootstrap understates" in text
+    unknown = "\n".join(headline_section(pairs, ReportInputs(results)))  # no question -> domain map
+    assert "Domain bootstrap: not available" in unknown

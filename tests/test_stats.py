@@ -83,3 +83,53 @@ def test_paired_difference_edges():
     extreme = paired_difference([True] * 20, [False] * 20)
     assert extreme["difference"] == 1.0 and 0.0 < extreme["low"] < 1.0 and extreme["high"] == 1.0
     assert paired_difference([], [])["n"] == 0
+
+
+# ------------------------------------------------------------------------------------ power and bootstrap
+def test_exact_mcnemar_power_matches_a_simulation_of_the_test_itself():
+    """The exact power is what `mcnemar_exact` rejects on paired samples drawn with that discordance and difference."""
+    import numpy as np
+
+    from sqlenv.eval.stats import mcnemar_power
+
+    n, psi, delta, sims = 60, 0.3, 0.15, 3000
+    rng = np.random.default_rng(0)
+    p_only_a, p_only_b = (psi + delta) / 2, (psi - delta) / 2
+    rejected = 0
+    for _ in range(sims):
+        cells = rng.choice(3, size=n, p=[p_only_a, p_only_b, 1 - psi])  # only a, only b, concordant (both wrong)
+        a, b = list(cells == 0), list(cells == 1)
+        rejected += mcnemar_exact(a, b)[2] < 0.05
+    simulated = rejected / sims
+    exact = mcnemar_power(n, psi, delta)
+    assert abs(simulated - exact) < 4 * math.sqrt(exact * (1 - exact) / sims), (simulated, exact)
+    assert mcnemar_power(200, 0.09, 0.0) <= 0.05  # no difference: the exact test keeps its level
+
+
+def test_minimum_detectable_difference_is_where_power_crosses():
+    from sqlenv.eval.stats import mcnemar_power, minimum_detectable_difference, paired_questions_needed
+
+    mde = minimum_detectable_difference(200, 0.09)
+    assert mcnemar_power(200, 0.09, mde) >= 0.8 > mcnemar_power(200, 0.09, mde - 0.003)
+    assert 0.04 < mde < 0.08  # the reference headline: 18 of 200 questions split the policies
+    needed = paired_questions_needed(0.05, 0.09)
+    assert mcnemar_power(needed, 0.09, 0.05) >= 0.8 and 200 < needed < 400
+    assert minimum_detectable_difference(10, 0.1) is None  # one discordant question in expectation: hopeless
+    assert paired_questions_needed(0.2, 0.1) is None  # a difference larger than the discordance allows
+
+
+def test_domain_bootstrap_is_wider_when_one_domain_carries_the_difference():
+    """Question-level intervals treat 200 questions as independent; when all of a difference sits in one of five
+    domains, resampling domains says how much the result leans on that domain."""
+    from sqlenv.eval.stats import cluster_bootstrap_difference
+
+    groups = [f"d{i // 40}" for i in range(200)]
+    a = [i < 20 for i in range(200)]  # a right on 20 questions, all in domain d0
+    b = [False] * 200
+    boot = cluster_bootstrap_difference(a, b, groups, resamples=4000, seed=1)
+    question_level = paired_difference(a, b)
+    assert boot["difference"] == pytest.approx(0.1) and boot["groups"] == 5
+    assert boot["low"] <= 0.0 < question_level["low"]  # domains: 0 is inside; questions: it is not
+    assert cluster_bootstrap_difference(a, b, groups, resamples=4000, seed=1) == boot  # deterministic per seed
+    spread = [f"d{i % 5}" for i in range(200)]  # the same difference spread over every domain
+    assert cluster_bootstrap_difference(a[::-1], b, spread, resamples=4000)["low"] > 0

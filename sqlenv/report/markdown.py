@@ -22,7 +22,12 @@ import pandas as pd
 
 from sqlenv.eval.policies import POLICIES as POLICY_SPECS
 from sqlenv.eval.policies import TRAINED
-from sqlenv.eval.stats import wilson_interval
+from sqlenv.eval.stats import (
+    cluster_bootstrap_difference,
+    minimum_detectable_difference,
+    paired_questions_needed,
+    wilson_interval,
+)
 from sqlenv.report.results import (
     ALPHA,
     CURVES,
@@ -242,17 +247,60 @@ def budgets_line(res: Sequence[EvalResult], training: Mapping[str, int]) -> str:
             f"{', '.join(map(str, turns)) or '—'} calls; {trained}.")
 
 
-def headline_section(pairs: pd.DataFrame) -> list[str]:
-    """The comparison the default run is for (HEADLINE), or why it is missing."""
+POWER, EFFECT_OF_INTEREST, BOOTSTRAP_RESAMPLES = 0.8, 0.05, 10_000
+
+
+def detectable_sentence(n: int, discordant: int, alpha: float = ALPHA) -> str:
+    """What a paired comparison of n questions with `discordant` split questions could detect (exact McNemar
+    power at the observed discordance)."""
+    if n == 0 or discordant == 0:
+        return "No question split the two policies, so nothing can be said of the difference it could detect."
+    psi = discordant / n
+    mde = minimum_detectable_difference(n, psi, POWER, alpha)
+    needed = paired_questions_needed(EFFECT_OF_INTEREST, psi, POWER, alpha)
+    detects = (f"detects a difference of ±{100 * mde:.1f} points with {100 * POWER:.0f} % power" if mde is not None else
+               f"cannot reach {100 * POWER:.0f} % power for any difference")  # fmt: skip
+    if needed is not None:
+        need = f"a {100 * EFFECT_OF_INTEREST:.0f}-point difference would need about {needed:,} paired questions"
+    else:
+        need = f"a {100 * EFFECT_OF_INTEREST:.0f}-point difference is more than this discordance allows"
+    return (f"With the observed discordance ({discordant} of {n} questions, {100 * psi:.1f} %), the exact McNemar "
+            f"test at α = {alpha} {detects}; {need}.")  # fmt: skip
+
+
+def domain_bootstrap_sentence(a: EvalResult | None, b: EvalResult | None, groups: Mapping[str, str]) -> str:
+    """The headline difference with an interval that resamples whole held-out domains."""
+    if a is None or b is None or a.records is None or b.records is None:
+        return ""
+    right_a = {r.question_id: r.correct for r in a.records}
+    right_b = {r.question_id: r.correct for r in b.records}
+    ids = sorted(right_a.keys() & right_b.keys())
+    if not ids or any(q not in groups for q in ids):
+        return "Domain bootstrap: not available (the questions' domains are unknown to this report)."
+    boot = cluster_bootstrap_difference([right_a[q] for q in ids], [right_b[q] for q in ids], [groups[q] for q in ids],
+                                        BOOTSTRAP_RESAMPLES, ALPHA)  # fmt: skip
+    return (f"Resampling the {boot['groups']} held-out domains instead of questions ({boot['resamples']:,} bootstrap "
+            f"resamples): {100 * boot['difference']:+.1f} [{100 * boot['low']:+.1f}, {100 * boot['high']:+.1f}] points"
+            f"{'; with so few domains a bootstrap understates the spread: read it as how evenly the difference falls across them' if boot['groups'] < 10 else ''}.")  # fmt: skip
+
+
+def headline_section(pairs: pd.DataFrame, inputs: ReportInputs | None = None) -> list[str]:
+    """The comparison the default run is for (HEADLINE), what it could detect and its domain-level interval,
+    or why it is missing."""
     set_name, a, b = HEADLINE
     row = pairs[(pairs["set"] == set_name) & (pairs["a"] == a) & (pairs["b"] == b)] if not pairs.empty else pairs
     if row.empty:
         return [f"`{a}` vs `{b}` on {set_name}: not available (one of them has no live {set_name} result).\n"]
     r = row.iloc[0]
-    return [f"**{a} vs {b} on {set_name}** (N = {int(r['n'])} paired questions of held-out domains): "
-            f"{_pct(r['accuracy_a'])} vs {_pct(r['accuracy_b'])}, difference {100 * r['difference']:+.1f} "
-            f"[{100 * r['difference_low']:+.1f}, {100 * r['difference_high']:+.1f}] points; only {a} right on "
-            f"{int(r['only_a_correct'])}, only {b} on {int(r['only_b_correct'])}; exact McNemar p = {_p(r['mcnemar_p'])}.\n"]
+    out = [f"**{a} vs {b} on {set_name}** (N = {int(r['n'])} paired questions of held-out domains): "
+           f"{_pct(r['accuracy_a'])} vs {_pct(r['accuracy_b'])}, difference {100 * r['difference']:+.1f} "
+           f"[{100 * r['difference_low']:+.1f}, {100 * r['difference_high']:+.1f}] points; only {a} right on "
+           f"{int(r['only_a_correct'])}, only {b} on {int(r['only_b_correct'])}; exact McNemar p = {_p(r['mcnemar_p'])}.\n"]
+    power = detectable_sentence(int(r["n"]), int(r["only_a_correct"]) + int(r["only_b_correct"]))
+    if inputs is not None:
+        found = {(x.policy, x.set): x for x in inputs.results}
+        power += " " + domain_bootstrap_sentence(found.get((a, set_name)), found.get((b, set_name)), inputs.groups)
+    return out + [power.strip() + "\n"]
 
 
 def _failing_base_section(res: Sequence[EvalResult], threshold: float = 0.05) -> list[str]:
@@ -375,7 +423,7 @@ def render_report(
     ]
     pairs = comparisons_table(res)
     mode = f" ({mode_label(res)})" if res else ""
-    out = ["# sqlenv report\n", md_table(["", ""], list(header.items())), f"## Headline{mode}\n", *headline_section(pairs)]
+    out = ["# sqlenv report\n", md_table(["", ""], list(header.items())), f"## Headline{mode}\n", *headline_section(pairs, inputs)]
     out += ["## What this report covers\n", "\n".join(covers) + "\n", *_provenance_section(res)]
     out += [f"## Accuracy and behaviour by policy{mode}\n", *_policy_section(res, plots)]
     out += [f"## Paired comparisons{mode}\n", *_comparison_section(pairs)]

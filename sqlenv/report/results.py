@@ -82,6 +82,7 @@ class ReportInputs:
     curves: dict[str, pd.DataFrame] = field(default_factory=dict)  # CURVES name -> frame, present ones only
     notes: list[str] = field(default_factory=list)  # problems worth a line in the report
     stale: list[str] = field(default_factory=list)  # results left out, each with why
+    groups: dict[str, str] = field(default_factory=dict)  # question id -> held-out group (domain); {}: unknown
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class Live:
     fingerprints: Mapping[str, str | None]
     question_ids: Mapping[str, Sequence[str]]
     mode: str | None = None  # the live environment mode (`result_mode` form); None: not checked
+    groups: Mapping[str, str] = field(default_factory=dict)  # question id -> `Question.group` (the held-out unit)
 
     def why_stale(self, result: EvalResult) -> str | None:
         if self.mode is not None and result.mode != self.mode:
@@ -200,7 +202,7 @@ def load_inputs(
         frame = load_curve(Path(curve_files[name]), ("step", "loss" if name == "sft" else "reward"))
         if frame is not None:
             curves[name] = frame
-    return ReportInputs(results, curves, notes, stale)
+    return ReportInputs(results, curves, notes, stale, dict(live.groups) if live is not None else {})
 
 
 # -------------------------------------------------------------------------------------------- tables
