@@ -158,3 +158,36 @@ def test_readme_schema_mode_comparison_is_computed_from_the_committed_episodes()
     sentence = (f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] points, {only_a} questions "
                 f"right only with\nit, {only_b} only without, exact McNemar p = {p:.4f}")
     assert sentence in RESULTS_PAGE.read_text(), sentence
+
+
+def test_the_committed_report_is_what_todays_code_renders_from_the_committed_results(tmp_path):
+    """`make reference`'s check: reports/report.md equals what the report code renders from the committed results
+    (its header kept), and README's block equals it. The questions' domains come from the prepare stage, run here
+    on the committed params (~15 s) in a copy, so the check needs no model and no trained output."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    for name in ("params.yaml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "reports", tmp_path / "reports")
+    env = {**os.environ, "DVC_ROOT": str(tmp_path), "PYTHONPATH": str(ROOT),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}  # fmt: skip
+    prep = subprocess.run([sys.executable, "-m", "stages.prepare"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert prep.returncode == 0, prep.stderr[-2000:]
+    shutil.copy(ROOT / "reports/prepare/metrics.json", tmp_path / "reports/prepare/metrics.json")  # the committed one
+    check = subprocess.run([sys.executable, "-m", "pipeline.reference", "--check"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0, check.stderr[-2000:]
+    (tmp_path / "reports/report.md").write_text(REPORT.read_text().replace("only sft on 10", "only sft on 11"))
+    stale = subprocess.run([sys.executable, "-m", "pipeline.reference", "--check"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)  # fmt: skip
+    assert stale.returncode == 1 and "reports/report.md differs" in stale.stderr
+
+
+def test_the_committed_header_is_kept():
+    from pipeline.reference import committed_header
+
+    header = committed_header(REPORT.read_text())
+    assert header["Git commit"] and header["Date"].startswith("2026-") and "Rendered" in header
