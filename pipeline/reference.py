@@ -26,11 +26,10 @@ from pathlib import Path
 from pipeline import paths
 from pipeline.params import load_params, repo_root
 from pipeline.readme import updated
-from pipeline.results import stage_documents
 from pipeline.tracking import git_commit
 from sqlenv.eval.harness import load_questions_file
 from sqlenv.report.markdown import render_report
-from sqlenv.report.results import CURVES, SETS, Live, load_inputs, stage_costs
+from sqlenv.report.results import CURVES, SETS, Live, load_inputs, stage_costs, stage_documents
 
 PLOT_KEYS = ("accuracy", "steps", "hardness", "sft_loss", "grpo_reward")
 _HEADER_ROW = re.compile(r"^\| (?P<key>[^|]+?) \| (?P<value>.*?) \|$")
@@ -85,7 +84,7 @@ def rerender() -> str:
     training = {"grpo_phase1": params.grpo_phase1.max_completion_length,
                 "grpo_phase2": params.grpo_phase2.max_completion_length}  # fmt: skip
     plots = {k: f"plots/{k}.png" for k in PLOT_KEYS if (paths.REPORTS / "plots" / f"{k}.png").is_file()}
-    return render_report(inputs, header, plots, training, stage_costs(stage_documents()))
+    return render_report(inputs, header, plots, training, stage_costs(stage_documents(paths.REPORTS)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,6 @@ from typing import Any
 import mlflow
 import pandas as pd
 
-from pipeline import paths
 from pipeline.io import atomic_write_json, atomic_write_jsonl
 from pipeline.tracking import log_metrics
 from sqlenv.types import EpisodeRecord
@@ -113,14 +112,3 @@ def transcripts_table(records: Sequence[EpisodeRecord]) -> pd.DataFrame:
                                 for m in r.messages[2:]),
     } for r in records]  # fmt: skip
     return pd.DataFrame(rows)
-
-
-def stage_documents() -> dict[str, dict]:
-    """The metrics.json of each stage before the evaluations and of each evaluation that exists, by stage
-    name (for the report's cost table)."""
-    from sqlenv.report.results import COST_STAGES
-
-    files = {name: paths.metrics_file(name) for name in COST_STAGES}
-    eval_dir = paths.report_dir("eval")
-    files.update({f"evaluate@{d.name}": d / "metrics.json" for d in sorted(eval_dir.glob("*")) if d.is_dir()})
-    return {name: json.loads(f.read_text(encoding="utf-8")) for name, f in files.items() if f.is_file()}

@@ -24,7 +24,6 @@ import pandas as pd
 from pipeline import paths
 from pipeline.io import atomic_dir, atomic_write_text
 from pipeline.params import load_params
-from pipeline.results import stage_documents
 from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, stage_run
 from sqlenv.eval.harness import load_questions_file
@@ -42,6 +41,7 @@ from sqlenv.report.results import (
     load_inputs,
     results_table,
     stage_costs,
+    stage_documents,
 )
 
 STAGE = "report"
@@ -103,7 +103,7 @@ def main() -> None:
             "Model base": params.model.base,
             "Environment mode": mode,
         }
-        costs = stage_costs(stage_documents())
+        costs = stage_costs(stage_documents(paths.REPORTS))
         with atomic_dir(PLOTS_DIR) as tmp:  # rendered inside: a failure before report.md keeps the old plots too
             drawn = write_plots(inputs, tmp)
             text = render_report(inputs, header, {key: f"plots/{name}" for key, name in drawn.items()}, training,

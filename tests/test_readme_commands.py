@@ -60,8 +60,9 @@ def _apply_set_params(values: list[str], tmp_path: Path) -> dict:
 def _make_dry_run(target: str) -> list[str]:
     """The commands `make <target>` would run, its install stamps taken as done."""
     venv = Path(sys.executable).parent.parent
-    out = subprocess.run(["make", "-n", target, f"VENV={venv}", "-o", f"{venv}/.model", "-o", f"{venv}/.deps"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under `make test`
+    out = subprocess.run(["make", "-n", "--no-print-directory", target, f"VENV={venv}", "-o", f"{venv}/.model", "-o",
+                          f"{venv}/.deps"], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
     return [line for line in out.splitlines() if line.strip()]
 
 
@@ -140,8 +141,9 @@ def test_make_run_rewrites_no_documentation_in_the_previous_makefile_shape(tmp_p
     assert old != makefile
     (tmp_path / "Makefile").write_text(old)
     venv = Path(sys.executable).parent.parent
-    out = subprocess.run(["make", "-n", "run", f"VENV={venv}", "-o", f"{venv}/.model"], cwd=tmp_path, capture_output=True,
-                         text=True, check=True).stdout.splitlines()  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    out = subprocess.run(["make", "-n", "--no-print-directory", "run", f"VENV={venv}", "-o", f"{venv}/.model"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
     assert not all(line.startswith("dvc exp run ") for line in out if line.strip())
 
 

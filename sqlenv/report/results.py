@@ -210,6 +210,14 @@ TRAINING_STAGES = ("sft", "grpo_phase1", "grpo_phase2")
 COST_STAGES = ("prepare", "prepare_model", "sft_data", *TRAINING_STAGES)  # in DAG order; evaluations follow, by name
 
 
+def stage_documents(reports: Path) -> dict[str, dict]:
+    """The metrics.json of each stage before the evaluations (`reports/<stage>/`) and of each evaluation that exists
+    (`reports/eval/<policy>_<set>/`), by stage name, for the cost table."""
+    files = {name: reports / name / "metrics.json" for name in COST_STAGES}
+    files.update({f"evaluate@{d.name}": d / "metrics.json" for d in sorted((reports / "eval").glob("*")) if d.is_dir()})
+    return {name: json.loads(f.read_text(encoding="utf-8")) for name, f in files.items() if f.is_file()}
+
+
 def stage_costs(docs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per stage whose metrics.json recorded its machine (`system`, from `pipeline.machine.summary`):
     wall seconds, peak RSS, the compute dtype (and, for `auto`, the timings it was chosen by), threads and
