@@ -256,6 +256,38 @@ def test_runaway_queries_stop_at_the_time_budget(numbers_db, sql):
     assert snapshot(numbers_db) == before
 
 
+def _counting(n: int) -> str:
+    return f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {n}) SELECT count(*) FROM c"
+
+
+def test_a_statement_waiting_for_another_gets_its_whole_budget(numbers_db):
+    """One sandbox, two threads (served sessions on one database): a statement that waits for another's lock still
+    gets its full time budget once it runs. The budget used to start before the wait, so a query that needs 0.6 s
+    of a 1 s budget timed out behind a runaway that had already used 0.3 s of its own."""
+    budget = 1.0
+    with Sandbox(numbers_db, SandboxLimits(timeout_s=budget)) as box:
+        n = 200_000  # calibrate a counting query to ~0.6 s here (it scales linearly with n)
+        for _ in range(3):
+            start = time.perf_counter()
+            assert box.execute(_counting(n)).ok
+            took = time.perf_counter() - start
+            n = max(1, int(n * 0.6 / max(took, 1e-3)))
+        start = time.perf_counter()
+        alone = box.execute(_counting(n))
+        took = time.perf_counter() - start
+        if not (0.4 <= took <= 0.8):
+            pytest.skip(f"could not calibrate a 0.6 s query on this machine ({took:.2f} s)")
+        results = {}
+        runaway = threading.Thread(target=lambda: results.setdefault("runaway", box.execute(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c")))  # fmt: skip
+        runaway.start()
+        time.sleep(0.3)  # the runaway holds the lock; this one waits ~0.7 s for it
+        waited = box.execute(_counting(n))
+        runaway.join()
+    assert results["runaway"].timed_out
+    assert waited.ok and waited.rows == alone.rows, waited.error
+
+
 # A sort that outgrows SQLite's page cache (200,000 distinct ~210-byte strings: ~45 MB of temp b-tree), run in a
 # fresh process whose peak RSS (Linux VmHWM) is reset just before it, so the peak is this query's alone.
 _SPILLING_SORT = """

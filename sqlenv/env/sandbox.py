@@ -42,7 +42,8 @@ stopped at its 2 s budget with the process 1.9 MB larger, where in-memory temp s
 this sandbox's setting before 6bad4de) grew it by 264 MB and stopped 0.21 s late, freeing it; and queries
 that sort or group run faster (a Spider GROUP BY ... ORDER BY: 314 against 395 us; bench/bench_env.py).
 A Sandbox is not meant for concurrent threads: calls are serialised by a lock, so they stay correct
-but do not run in parallel.
+but do not run in parallel; a statement's time budget starts once it holds the lock, so waiting for
+another thread's statement never eats into it (it still delays it: give each session its own sandbox).
 
 One connection per Sandbox, reused for every statement (Python's statement cache makes a
 repeated query skip the prepare and the authorizer). Table names and table descriptions are
@@ -304,7 +305,6 @@ class Sandbox:
     # ------------------------------------------------------------------ execution
     def execute(self, sql: str) -> QueryResult:
         """Run one statement; errors, denials and timeouts come back as text, never raised."""
-        start = _clock()
         if type(sql) is not str:
             return QueryResult(ok=False, error=f"SQL must be a string, got {type(sql).__name__}")
         # A trailing ';' (or several) is fine; Python would count ';;' as a second statement.
@@ -312,6 +312,9 @@ class Sandbox:
         if not text:
             return QueryResult(ok=False, error="empty query: there is no SQL statement to run")
         with self._lock:
+            # The budget starts when this statement runs, not while it waits for another thread's: a served
+            # session's fast query must not time out behind another session's runaway one on the same sandbox.
+            start = _clock()
             result = self._execute_locked(text, start)
         result.elapsed_ms = (_clock() - start) * 1000.0
         return result
