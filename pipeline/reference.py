@@ -10,8 +10,8 @@ results, without the models: a clean clone has none, and the reference run alrea
 against its models (the fingerprints it recorded stand). Its header (date, machine, commit of the run) is
 kept, with a `Rendered` row naming the commit whose code rendered it. The plots are kept as they are.
 
-The questions' held-out domains come from data/questions/ (`python -m stages.prepare` writes it in ~20 s;
-`make reference` runs it when missing); a result whose questions differ from those is stale and stops it.
+The questions' held-out domains come from data/questions/, which the reference run left in the workspace (else
+`dvc repro prepare` writes it in ~20 s); a result whose questions differ from those is stale and stops it.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def rerender() -> str:
     eval_dir = paths.report_dir("eval")
     missing = [str(paths.questions_file(s)) for s in SETS if not paths.questions_file(s).is_file()]
     if missing:
-        raise FileNotFoundError(f"{', '.join(missing)} missing: run `python -m stages.prepare` first")
+        raise FileNotFoundError(f"{', '.join(missing)} missing: run `dvc repro prepare` first (~20 s)")
     inputs = load_inputs(eval_dir, {"sft": paths.report_dir("sft") / "loss.csv",
                                     **{c: paths.report_dir(c) / "curve.csv" for c in CURVES[1:]}},
                          committed_live(eval_dir, mode))  # fmt: skip
