@@ -18,11 +18,11 @@ $(PY):
 
 # Stamps re-run the install when pyproject.toml or the lock changes.
 $(VENV)/.deps: pyproject.toml requirements.lock | $(PY)
-	$(PIP) -e ".[test]"
+	$(PIP) -e ".[test,serve]"
 	@touch $@
 
 $(VENV)/.model: $(VENV)/.deps
-	$(PIP) -e ".[test,model]"
+	$(PIP) -e ".[test,serve,model]"
 	@touch $@
 
 install: $(VENV)/.deps
@@ -37,7 +37,7 @@ run: $(VENV)/.model
 # Maintainers, after committing a new reference run (dvc.lock, reports/): the README's results block is
 # copied from reports/report.md, so the two never disagree (a test checks it).
 reference: $(VENV)/.deps
-	python -m pipeline.readme
+	python -m pipeline.reference
 
 docs: $(VENV)/.deps
 	python -m pipeline.docs

@@ -26,7 +26,7 @@ README_MAX_LINES = 250
 
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")  # markdown link targets: [text](target)
 _AUTOLINK = re.compile(r"<https?://[^>]*>|https?://\S+")
-_SESSION = re.compile(r"\b(?:sessions?|issues?|stops?)\s+#?\d+\b|(?<![\w&])#\d+\b", re.I)
+_SESSION = re.compile(r"(?<![\w-])(?:sessions?|issues?|stops?)\s+#?\d+\b|(?<![\w&])#\d+\b", re.I)
 _HEX = re.compile(r"\b[0-9a-f]{7,40}\b")
 
 

@@ -302,7 +302,40 @@ def _parser(extra: Mapping[str, Command] = {}) -> argparse.ArgumentParser:
     p.add_argument("--answer", choices=("value", "sql"), default="value", help="what answer takes (sql: scored by EX)")
     p.add_argument("--step-budget", type=int, default=15, help="tool calls allowed (default 15)")
     p.add_argument("--timeout", type=float, default=2.0, help="per-statement limit in seconds (default 2)")
+
+    p = sub.add_parser("serve", help="serve the environment to other processes and people (OpenEnv; the serve extra)",
+                       description="An OpenEnv server of the SQL environment: WebSocket sessions, MCP tools, a page "
+                       "for people with --web. Needs `pip install -e \".[serve]\"`.")  # fmt: skip
+    p.add_argument("--data", default="data", help="a prepared data folder (questions/, databases/; default: the "
+                   "pipeline's data/) or a Spider-format folder")  # fmt: skip
+    p.add_argument("--split", help="serve only this split (prepared: train, n50, n200; Spider: dev)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: a free one, printed)")
+    p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions (default 8); more are refused")
+    p.add_argument("--session-timeout", type=float, default=600.0,
+                   help="seconds a silent session is kept before it is closed (default 600)")
+    p.add_argument("--web", action="store_true", help="also serve the page for people at /web")
+    p.add_argument("--schema", choices=("hidden", "full"), default="hidden", help="what the first message shows")
+    p.add_argument("--step-budget", type=int, default=15, help="tool calls allowed (default 15)")
+    p.add_argument("--timeout", type=float, default=2.0, help="per-statement limit in seconds (default 2)")
     return parser
+
+
+def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from sqlenv.serve.app import serve
+    except ImportError as exc:
+        raise UsageError(f"needs the serve extra ({exc.name} is missing): pip install -e \".[serve]\"") from exc
+    from sqlenv.env.environment import EnvConfig
+
+    if not Path(args.data).is_dir():
+        raise UsageError(f"no data folder at {args.data} (run the prepare stage, or give --data)")
+    config = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, schema=args.schema)
+    try:
+        return serve(args.data, args.host, args.port, args.split, args.max_sessions, args.session_timeout, args.web,
+                     config, out)  # fmt: skip
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def main(
@@ -323,6 +356,8 @@ def main(
             return _cmd_judge(args, inp, out)
         if args.command == "validate":
             return _cmd_validate(args, out)
+        if args.command == "serve":
+            return _cmd_serve(args, out)
         return _cmd_play(args, inp, out)
     except UsageError as exc:
         print(f"sqlenv {args.command}: error: {exc}", file=sys.stderr)

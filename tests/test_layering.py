@@ -27,7 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     "train": FOUNDATION | {"env", "data"},
     "eval": FOUNDATION | {"env", "data"},
     "report": FOUNDATION | {"env", "data", "eval"},
-    "cli": FOUNDATION | {"env", "data", "models", "train", "eval", "report"},
+    "serve": FOUNDATION | {"env", "data"},
+    "cli": FOUNDATION | {"env", "data", "models", "train", "eval", "report", "serve"},
     "__main__": {"cli"},
 }
 FORBIDDEN_ROOTS = {"mlflow", "dvc", "pipeline", "stages"}

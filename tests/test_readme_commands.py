@@ -74,6 +74,11 @@ def check_make(argv: list[str], tmp_path: Path) -> None:
         assert recipe and all(line.startswith("dvc exp run ") for line in recipe), recipe
     elif target == "test":
         assert any(line.startswith("pytest ") for line in recipe), recipe
+    elif target == "install":  # into a venv that does not exist yet: the install it would run
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+        fresh = subprocess.run(["make", "-n", "--no-print-directory", "install", f"VENV={tmp_path / 'venv'}"],
+                               cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert '-e ".[test,serve]"' in fresh, fresh
     else:
         assert recipe, f"make {target} runs nothing"
 
@@ -113,6 +118,8 @@ def check_sqlenv(argv: list[str], tmp_path: Path) -> None:
     args = _parser({"eval": EVAL, "publish": PUBLISH}).parse_args(argv[1:])
     if args.command == "eval":
         return  # needs a trained model; `sqlenv eval` itself is exercised on a tiny model in test_eval_cli.py
+    if args.command == "serve":
+        return  # serves until stopped: tests/test_serve.py runs it for real, with the README's client snippet
     if not SPIDER.is_dir():
         pytest.skip("../shared/spider is not beside the repository")
     exe = Path(sys.executable).parent / "sqlenv"

@@ -289,9 +289,13 @@ def _json_type(value: Any) -> str:
 class SQLEnv:
     """One question over one SQLite database per episode; see the module docstring."""
 
-    def __init__(self, db_dir: str | Path | None = None, config: EnvConfig = EnvConfig()):
+    def __init__(self, db_dir: str | Path | None = None, config: EnvConfig = EnvConfig(), own_sandboxes: bool = False):
+        """`own_sandboxes`: open this environment's own sandbox per database instead of the process-wide shared
+        one, closed by `close()` — for environments running in parallel threads (served sessions), so one
+        episode's statement never waits behind another's."""
         self.db_dir = Path(db_dir) if db_dir is not None else None
         self.config = config
+        self._own: dict[tuple, Sandbox] | None = {} if own_sandboxes else None
         self.tool_params = tool_params(config.answer)
         self.question: Question | None = None
         self.sandbox: Sandbox | None = None
@@ -324,9 +328,20 @@ class SQLEnv:
         return shared_sandbox(db_file(self.db_dir, db_id), self.config.limits)
 
     def close(self) -> None:
-        """Drop this environment's references. Shared sandboxes stay open for other
+        """Drop this environment's references and close its own sandboxes. Shared sandboxes stay open for other
         instances; `close_shared_sandboxes()` closes them all."""
         self.sandbox = self.gold = self.question = None
+        for box in (self._own or {}).values():
+            box.close()
+        if self._own is not None:
+            self._own.clear()
+
+    def _sandbox(self, db_key: tuple[str, int, int, int], limits: SandboxLimits) -> Sandbox:
+        if self._own is None:
+            return _sandbox_for(db_key, limits)
+        if db_key not in self._own:
+            self._own[db_key] = Sandbox(db_key[0], limits)
+        return self._own[db_key]
 
     # ----------------------------------------------------------------------------- episode
     def reset(self, question: Question, db_path: str | Path | None = None) -> str:
@@ -341,7 +356,7 @@ class SQLEnv:
                 raise ValueError("SQLEnv needs db_dir (Spider layout) or an explicit db_path")
             db_path = db_file(self.db_dir, question.db_id)
         limits, db_key = self.config.limits, _db_key(db_path)
-        self.sandbox = _sandbox_for(db_key, limits)
+        self.sandbox = self._sandbox(db_key, limits)
         gold = gold_result(self.sandbox, db_key, question.gold_sql, limits)
         if not gold.ok:
             raise GoldQueryError(f"gold SQL of question {question.id} fails on {question.db_id}: {gold.error}")

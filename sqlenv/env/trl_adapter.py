@@ -74,12 +74,12 @@ class SQLAgentEnv:
 
     _answer_mode = "value"
 
-    def __init__(self, db_dir: str | Path | None = None, config: EnvConfig | None = None):
+    def __init__(self, db_dir: str | Path | None = None, config: EnvConfig | None = None, own_sandboxes: bool = False):
         config = EnvConfig(answer=self._answer_mode) if config is None else config
         if config.answer != self._answer_mode:
             raise ValueError(f"{type(self).__name__} answers by {self._answer_mode}, the config by {config.answer}: "
                              "use agent_env_class(config)")  # fmt: skip
-        self._env = SQLEnv(db_dir, config)
+        self._env = SQLEnv(db_dir, config, own_sandboxes=own_sandboxes)
 
     def reset(self, **row: Any) -> str:
         """Start an episode from one dataset row; returns the tables observation.
