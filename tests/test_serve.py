@@ -320,3 +320,21 @@ def test_trl_trains_against_a_running_server(data, tmp_path):
     local.query(sql="SELECT count(*) FROM concert")
     local.answer(value="3")
     assert remote == pytest.approx(local.get_reward()) and local.get_reward() > 1.0
+
+
+def test_the_hub_package_validates_and_its_app_serves(data):
+    """envs/sqlenv: OpenEnv's static validation passes, and the app its openenv.yaml names (`server.app:app`) is
+    sqlenv's server over $SQLENV_DATA. (The Docker image itself cannot be built on machines without a Docker engine.)"""
+    package = ROOT / "envs" / "sqlenv"
+    exe = Path(sys.executable).parent / "openenv"
+    report = subprocess.run([str(exe), "validate", str(package), "--level", "static", "--json"], capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    assert json.loads(report.stdout)["verdict"].lower() == "pass"
+    probe = ("from fastapi.testclient import TestClient\nfrom server.app import app\n"
+             "c = TestClient(app)\nprint(c.get('/health').json()['status'], c.get('/sqlenv/splits').json())")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", probe], cwd=package, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "SQLENV_DATA": str(data), "ENABLE_WEB_INTERFACE": "false",
+                              "PYTHONPATH": f"{package}{os.pathsep}{ROOT}"})  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("healthy") and "n50" in out.stdout
