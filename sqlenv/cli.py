@@ -315,6 +315,8 @@ def _parser(extra: Mapping[str, Command] = {}) -> argparse.ArgumentParser:
     p.add_argument("--session-timeout", type=float, default=600.0,
                    help="seconds a silent session is kept before it is closed (default 600)")
     p.add_argument("--web", action="store_true", help="also serve the page for people at /web")
+    p.add_argument("--shared-sandboxes", action="store_true", help="one sandbox per database shared by all sessions "
+                   "(in-process training's way; a slow query then delays other sessions): for bench/bench_serve.py")  # fmt: skip
     p.add_argument("--schema", choices=("hidden", "full"), default="hidden", help="what the first message shows")
     p.add_argument("--step-budget", type=int, default=15, help="tool calls allowed (default 15)")
     p.add_argument("--timeout", type=float, default=2.0, help="per-statement limit in seconds (default 2)")
@@ -333,7 +335,7 @@ def _cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     config = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, schema=args.schema)
     try:
         return serve(args.data, args.host, args.port, args.split, args.max_sessions, args.session_timeout, args.web,
-                     config, out)  # fmt: skip
+                     config, out, own_sandboxes=not args.shared_sandboxes)  # fmt: skip
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from exc
 

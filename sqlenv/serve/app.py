@@ -25,7 +25,7 @@ from sqlenv.serve.environment import NAME, QuestionSet, SQLResetObservation, SQL
 
 
 def build_app(questions: QuestionSet, config: EnvConfig = EnvConfig(), max_sessions: int = 8,
-              session_timeout: float | None = 600.0, web: bool = False) -> Any:  # fmt: skip
+              session_timeout: float | None = 600.0, web: bool = False, own_sandboxes: bool = True) -> Any:  # fmt: skip
     """The FastAPI app serving `questions` (one `SQLServeEnvironment` per session)."""
     from openenv.core.env_server.http_server import create_fastapi_app
     from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
@@ -33,7 +33,7 @@ def build_app(questions: QuestionSet, config: EnvConfig = EnvConfig(), max_sessi
 
     if max_sessions < 1:
         raise ValueError(f"--max-sessions must be >= 1, got {max_sessions}")
-    factory = functools.partial(SQLServeEnvironment, questions, config)
+    factory = functools.partial(SQLServeEnvironment, questions, config, own_sandboxes)
     concurrency = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout)
     common = dict(env_name=NAME, state_cls=SQLState, reset_observation_cls=SQLResetObservation)
     if not web:
@@ -51,7 +51,7 @@ def build_app(questions: QuestionSet, config: EnvConfig = EnvConfig(), max_sessi
 
 def serve(data: str | Path, host: str = "127.0.0.1", port: int = 8000, split: str | None = None,
           max_sessions: int = 8, session_timeout: float | None = 600.0, web: bool = False,
-          config: EnvConfig = EnvConfig(), out: Any = sys.stdout) -> int:  # fmt: skip
+          config: EnvConfig = EnvConfig(), out: Any = sys.stdout, own_sandboxes: bool = True) -> int:  # fmt: skip
     """Serve until SIGTERM / Ctrl-C. Prints `serving <url>` once the socket is bound (the port it got with 0)."""
     import uvicorn
 
@@ -60,7 +60,7 @@ def serve(data: str | Path, host: str = "127.0.0.1", port: int = 8000, split: st
         if split not in questions.splits:
             raise ValueError(f"no split {split!r} in {data} (splits: {', '.join(questions.splits)})")
         questions = QuestionSet({split: questions.splits[split]}, questions.db_dir)
-    app = build_app(questions, config, max_sessions, session_timeout, web)
+    app = build_app(questions, config, max_sessions, session_timeout, web, own_sandboxes)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))

@@ -151,10 +151,12 @@ class SQLServeEnvironment(Environment[Action, Observation, SQLState]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # each session has its own adapter, environment state and sandboxes
 
-    def __init__(self, questions: QuestionSet, config: EnvConfig = EnvConfig()):
+    def __init__(self, questions: QuestionSet, config: EnvConfig = EnvConfig(), own_sandboxes: bool = True):
+        """`own_sandboxes=False` shares one sandbox per database between sessions, as in-process training does:
+        only for the benchmark that shows what per-session sandboxes buy (bench/bench_serve.py)."""
         super().__init__()
         self._questions, self._config = questions, config
-        self._agent: SQLAgentEnv = agent_env_class(config)(questions.db_dir, config, own_sandboxes=True)
+        self._agent: SQLAgentEnv = agent_env_class(config)(questions.db_dir, config, own_sandboxes=own_sandboxes)
         self._tools = {f.__name__ for f in tool_functions(type(self._agent))}
         self._state = SQLState()
 
