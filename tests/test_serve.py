@@ -338,3 +338,25 @@ def test_the_hub_package_validates_and_its_app_serves(data):
                               "PYTHONPATH": f"{package}{os.pathsep}{ROOT}"})  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("healthy") and "n50" in out.stdout
+
+
+def test_an_idle_session_is_reaped_and_frees_its_slot(data):
+    """--session-timeout: a session silent past it is closed (OpenEnv's reaper checks every 5 s at the earliest), and
+    its slot goes to the next client."""
+    srv = Server(data, "--max-sessions", "1", "--session-timeout", "1")
+    try:
+        with connect(srv.ws) as idle:
+            assert send(idle, {"type": "reset", "data": {}})["type"] == "observation"
+            deadline, reply = time.monotonic() + 20, None
+            while time.monotonic() < deadline:
+                time.sleep(1.0)
+                try:
+                    with connect(srv.ws) as other:
+                        reply = send(other, {"type": "reset", "data": {}})
+                except Exception:  # noqa: BLE001 - refused at capacity: the idle one still holds the slot
+                    continue
+                if reply["type"] == "observation":
+                    break
+            assert reply is not None and reply["type"] == "observation", reply
+    finally:
+        assert srv.stop() == 0
