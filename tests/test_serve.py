@@ -360,3 +360,23 @@ def test_an_idle_session_is_reaped_and_frees_its_slot(data):
             assert reply is not None and reply["type"] == "observation", reply
     finally:
         assert srv.stop() == 0
+
+
+def test_a_session_owns_its_sandboxes_and_closing_it_closes_them(data):
+    """Two sessions on one database never share a sandbox (so neither waits for the other's statements), and the end
+    of a session (OpenEnv calls `close()` on close, disconnect, idle reaping and shutdown) closes its own."""
+    import sqlite3
+
+    from sqlenv.serve.environment import QuestionSet, SQLServeEnvironment
+
+    questions = QuestionSet.load(data)
+    one, two = SQLServeEnvironment(questions), SQLServeEnvironment(questions)
+    one.reset(question_id="concert_q2")
+    two.reset(question_id="concert_q2")
+    box_one, box_two = one._agent._env.sandbox, two._agent._env.sandbox
+    assert box_one is not box_two
+    one.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        box_one._conn.execute("SELECT 1")  # closed with its session
+    assert box_two.execute("SELECT count(*) FROM singer").rows == [(5,)]  # the other session's is untouched
+    two.close()
