@@ -29,7 +29,7 @@ from pipeline.readme import updated
 from pipeline.tracking import git_commit
 from sqlenv.eval.harness import load_questions_file
 from sqlenv.report.markdown import render_report
-from sqlenv.report.results import CURVES, SETS, Live, load_inputs, stage_costs, stage_documents
+from sqlenv.report.results import SETS, Live, curve_files, load_inputs, stage_costs, stage_documents
 
 PLOT_KEYS = ("accuracy", "steps", "hardness", "sft_loss", "grpo_reward")
 _HEADER_ROW = re.compile(r"^\| (?P<key>[^|]+?) \| (?P<value>.*?) \|$")
@@ -72,9 +72,7 @@ def rerender() -> str:
     missing = [str(paths.questions_file(s)) for s in SETS if not paths.questions_file(s).is_file()]
     if missing:
         raise FileNotFoundError(f"{', '.join(missing)} missing: run `dvc repro prepare` first (~20 s)")
-    inputs = load_inputs(eval_dir, {"sft": paths.report_dir("sft") / "loss.csv",
-                                    **{c: paths.report_dir(c) / "curve.csv" for c in CURVES[1:]}},
-                         committed_live(eval_dir, mode))  # fmt: skip
+    inputs = load_inputs(eval_dir, curve_files(paths.REPORTS), committed_live(eval_dir, mode))
     if inputs.stale:
         raise ValueError(f"committed results do not match data/questions or each other: {inputs.stale}")
     report = paths.REPORTS / "report.md"

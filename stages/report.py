@@ -32,10 +32,10 @@ from sqlenv.provenance import model_fingerprint
 from sqlenv.report.markdown import machine_description, render_report
 from sqlenv.report.plots import write_plots
 from sqlenv.report.results import (
-    CURVES,
     SETS,
     Live,
     comparisons_table,
+    curve_files,
     curve_summary,
     hardness_table,
     load_inputs,
@@ -48,8 +48,6 @@ STAGE = "report"
 EVAL_DIR = paths.report_dir("eval")
 REPORT_MD = paths.REPORTS / "report.md"
 PLOTS_DIR = paths.REPORTS / "plots"
-CURVE_FILES = {"sft": paths.report_dir("sft") / "loss.csv",
-               **{name: paths.report_dir(name) / "curve.csv" for name in CURVES[1:]}}  # fmt: skip
 log = logging.getLogger(STAGE)
 
 
@@ -93,7 +91,7 @@ def main() -> None:
             **{stage: {"max_completion_length": n} for stage, n in training.items()}}  # fmt: skip
     mode = f"schema={params.env.schema} answer={params.env.answer}"
     with stage_run(STAGE, read):
-        inputs = load_inputs(EVAL_DIR, CURVE_FILES, live_state(mode))
+        inputs = load_inputs(EVAL_DIR, curve_files(paths.REPORTS), live_state(mode))
         sha, dirty = git_commit()
         header = {
             "Date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -210,6 +210,11 @@ TRAINING_STAGES = ("sft", "grpo_phase1", "grpo_phase2")
 COST_STAGES = ("prepare", "prepare_model", "sft_data", *TRAINING_STAGES)  # in DAG order; evaluations follow, by name
 
 
+def curve_files(reports: Path) -> dict[str, Path]:
+    """Where each training curve is written: `reports/sft/loss.csv`, `reports/grpo_phase{1,2}/curve.csv`."""
+    return {"sft": reports / "sft" / "loss.csv", **{name: reports / name / "curve.csv" for name in CURVES[1:]}}
+
+
 def stage_documents(reports: Path) -> dict[str, dict]:
     """The metrics.json of each stage before the evaluations (`reports/<stage>/`) and of each evaluation that exists
     (`reports/eval/<policy>_<set>/`), by stage name, for the cost table."""
