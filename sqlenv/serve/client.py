@@ -128,7 +128,7 @@ class RemoteSQLAgentEnv:
         observation = result.observation
         if getattr(observation, "error", None) is not None:
             return f"Error: {observation.error.message}"
-        self._reward = float(self._client.state().reward)
+        self._reward = float(observation.metadata["reward_total"])
         return str(observation.result)
 
     def __del__(self) -> None:

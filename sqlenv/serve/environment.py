@@ -201,11 +201,10 @@ class SQLServeEnvironment(Environment[Action, Observation, SQLState]):
         self._state.step_count += 1
         self._state.done, self._state.answered = env.done, env.answered
         self._state.reward, self._state.reward_components = env.total_reward, env.reward_components
-        metadata: dict[str, Any] = {}
+        metadata: dict[str, Any] = {"reward_total": env.total_reward}  # the episode's so far: no extra state request
         if env.done:
             self._state.verdict = "correct" if env.correct else ("wrong" if env.answered else "unanswered")
-            metadata = {"verdict": self._state.verdict, "reward_total": env.total_reward,
-                        "reward_components": env.reward_components, "steps": env.steps}  # fmt: skip
+            metadata.update(verdict=self._state.verdict, reward_components=env.reward_components, steps=env.steps)
         return CallToolObservation(tool_name=name, result=text, done=env.done, reward=env.total_reward - before,
                                    metadata=metadata)  # fmt: skip
 
