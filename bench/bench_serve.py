@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -37,30 +34,16 @@ from websockets.sync.client import connect
 
 from sqlenv.data.oracle import oracle_calls, play
 from sqlenv.env.environment import EnvConfig, SQLEnv, shared_sandbox
+from sqlenv.serve.client import ServerProcess
 from sqlenv.serve.environment import QuestionSet
 from sqlenv.types import db_file
 
 RUNAWAY_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
 
 
-class Server:
-    def __init__(self, data: Path, split: str, sessions: int, timeout: float, shared: bool):
-        exe = Path(sys.executable).parent / "sqlenv"
-        args = [str(exe), "serve", "--data", str(data), "--split", split, "--port", "0", "--max-sessions",
-                str(sessions), "--timeout", str(timeout), *(["--shared-sandboxes"] if shared else [])]  # fmt: skip
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        match = re.search(r"serving (http://\S+)", self.proc.stdout.readline())
-        if not match:
-            raise SystemExit("bench_serve: the server did not start")
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-        self.ws = match.group(1).replace("http://", "ws://") + "/ws"
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        finally:
-            self.proc.kill()
+def Server(data: Path, split: str, sessions: int, timeout: float, shared: bool) -> ServerProcess:
+    return ServerProcess(data, "--split", split, "--max-sessions", str(sessions), "--timeout", str(timeout),
+                         *(["--shared-sandboxes"] if shared else []))  # fmt: skip
 
 
 def rpc(ws, message: dict) -> tuple[dict, float]:

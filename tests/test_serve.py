@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from websockets.sync.client import connect  # noqa: E402
 
 from sqlenv.env.environment import EnvConfig  # noqa: E402
 from sqlenv.env.trl_adapter import SQLAgentEnv, tool_methods  # noqa: E402
+from sqlenv.serve.client import ServerProcess  # noqa: E402
 from sqlenv.serve.environment import served_tools  # noqa: E402
 from sqlenv.types import Question  # noqa: E402
 
@@ -51,29 +51,9 @@ def write_data(root: Path) -> Path:
     return root
 
 
-class Server:
-    """`sqlenv serve --port 0` in a subprocess; `url` once it printed it; stop() sends SIGTERM."""
-
-    def __init__(self, data: Path, *args: str):
-        exe = Path(sys.executable).parent / "sqlenv"
-        self.log = open(data.parent / f"serve-{time.monotonic_ns()}.log", "w+")  # a full pipe would stall the server
-        self.proc = subprocess.Popen([str(exe), "serve", "--data", str(data), "--port", "0", *args], cwd=data.parent,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True)  # fmt: skip
-        line = self.proc.stdout.readline()
-        match = re.search(r"serving (http://\S+)", line)
-        if not match:
-            self.log.seek(0)
-            raise AssertionError((line, self.log.read()[-3000:]))
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()  # drain whatever else it prints
-        self.url = match.group(1)
-        self.ws = self.url.replace("http://", "ws://") + "/ws"
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        finally:
-            self.proc.kill()
+def Server(data: Path, *args: str) -> ServerProcess:
+    """`sqlenv serve --port 0` on `data`, its stderr kept beside the data for a failing test to read."""
+    return ServerProcess(data, *args, log=data.parent / f"serve-{time.monotonic_ns()}.log")
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,13 @@ dataset rows need only the question's `id` (the server holds questions, database
 from __future__ import annotations
 
 import functools
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
 from typing import Any
 
 from openenv.core import EnvClient
@@ -136,3 +143,38 @@ class RemoteSQLAgentEnv:
             self._client.close()
         except Exception:  # noqa: BLE001 - best effort at interpreter shutdown
             pass
+
+
+class ServerProcess:
+    """`sqlenv serve --port 0 ARGS…` in a subprocess, for a notebook, a test or a benchmark: `url` and `ws` once it
+    printed the address it got; `stop()` sends SIGTERM and returns the exit status. Its stderr goes to `log` (a file:
+    a pipe nobody reads would stall the server), and what else it prints is drained."""
+
+    def __init__(self, data: str | Path, *args: str, log: Path | None = None):
+        exe = Path(sys.executable).parent / "sqlenv"
+        self.log = open(log, "w+") if log is not None else tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in stop
+        self.proc = subprocess.Popen([str(exe), "serve", "--data", str(data), "--port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)  # fmt: skip
+        line = self.proc.stdout.readline()
+        match = re.search(r"serving (http://\S+)", line)
+        if not match:
+            self.log.seek(0)
+            self.proc.kill()
+            raise RuntimeError(f"sqlenv serve did not start: {line!r}\n{self.log.read()[-3000:]}")
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        self.url = match.group(1)
+        self.ws = self.url.replace("http://", "ws://") + "/ws"
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.proc.kill()
+            self.log.close()
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
