@@ -57,27 +57,29 @@ def _apply_set_params(values: list[str], tmp_path: Path) -> dict:
     return dataclasses.asdict(load_params(params))
 
 
-def _make_dry_run(target: str) -> list[str]:
-    """The commands `make <target>` would run, its install stamps taken as done."""
-    venv = Path(sys.executable).parent.parent
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under `make test`
-    out = subprocess.run(["make", "-n", "--no-print-directory", target, f"VENV={venv}", "-o", f"{venv}/.model", "-o",
-                          f"{venv}/.deps"], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+VENV = Path(sys.executable).parent.parent
+INSTALLED = [f"VENV={VENV}", "-o", f"{VENV}/.model", "-o", f"{VENV}/.deps"]  # this venv, its install stamps done
+
+
+def _make_dry_run(target: str, *make_args: str, cwd: Path = ROOT) -> list[str]:
+    """The commands `make <target> MAKE_ARGS` would run in `cwd` (make's recursion variables dropped: under
+    `make test` they would add directory lines)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    out = subprocess.run(["make", "-n", "--no-print-directory", target, *make_args], cwd=cwd, env=env,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
     return [line for line in out.splitlines() if line.strip()]
 
 
 def check_make(argv: list[str], tmp_path: Path) -> None:
     (target,) = argv[1:]
-    recipe = _make_dry_run(target)
+    recipe = _make_dry_run(target, *INSTALLED)
     if target == "run":
         # The pipeline as a DVC experiment and nothing else: no step that rewrites the README or docs.
         assert recipe and all(line.startswith("dvc exp run ") for line in recipe), recipe
     elif target == "test":
         assert any(line.startswith("pytest ") for line in recipe), recipe
     elif target == "install":  # into a venv that does not exist yet: the install it would run
-        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-        fresh = subprocess.run(["make", "-n", "--no-print-directory", "install", f"VENV={tmp_path / 'venv'}"],
-                               cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+        fresh = "\n".join(_make_dry_run("install", f"VENV={tmp_path / 'venv'}"))
         assert '-e ".[test,serve]"' in fresh, fresh
     else:
         assert recipe, f"make {target} runs nothing"
@@ -147,11 +149,8 @@ def test_make_run_rewrites_no_documentation_in_the_previous_makefile_shape(tmp_p
                            "\tdvc exp run -n run-$$(date +%Y%m%d-%H%M%S)\n\tpython -m pipeline.readme\n", 1)  # fmt: skip
     assert old != makefile
     (tmp_path / "Makefile").write_text(old)
-    venv = Path(sys.executable).parent.parent
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-    out = subprocess.run(["make", "-n", "--no-print-directory", "run", f"VENV={venv}", "-o", f"{venv}/.model"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
-    assert not all(line.startswith("dvc exp run ") for line in out if line.strip())
+    out = _make_dry_run("run", *INSTALLED, cwd=tmp_path)
+    assert not all(line.startswith("dvc exp run ") for line in out)
 
 
 def test_the_knobs_table_names_real_keys(tmp_path):
