@@ -151,16 +151,9 @@ def test_a_dvc_set_param_reaches_the_phase_grpo_config(tmp_path, override, want)
     """`dvc exp run -S grpo.beta=0.04`, the users' sweep, applied to params.yaml exactly as DVC applies `-S`
     (its Hydra override code, struct mode: an unknown key is refused), then loaded and validated as a stage
     loads it: the value is the KL coefficient in each phase's GRPOConfig."""
-    import shutil
+    from dvc_params import params_with
 
-    from dvc.utils.hydra import apply_overrides
-
-    from pipeline.params import load_params
-
-    params = tmp_path / "params.yaml"
-    shutil.copy(REPO / "params.yaml", params)
-    apply_overrides(params, [override])
-    loaded = dataclasses.asdict(load_params(params))  # what stages/grpo.py reads
+    loaded = params_with([override], tmp_path)  # what stages/grpo.py reads
     configs = [grpo_config(phase_settings(phase_sections(loaded, n), n), tmp_path / "ck") for n in (1, 2)]
     assert (configs[0].beta, configs[1].beta) == want
 
@@ -168,15 +161,11 @@ def test_a_dvc_set_param_reaches_the_phase_grpo_config(tmp_path, override, want)
 def test_dvc_refuses_a_key_params_yaml_lacks(tmp_path):
     """The other side of the sweep test: DVC's `-S` refuses a key params.yaml does not have, as it refused
     `grpo.beta` before the key existed."""
-    import shutil
-
     from dvc.exceptions import InvalidArgumentError
-    from dvc.utils.hydra import apply_overrides
+    from dvc_params import params_with
 
-    params = tmp_path / "params.yaml"
-    shutil.copy(REPO / "params.yaml", params)
     with pytest.raises(InvalidArgumentError):
-        apply_overrides(params, ["grpo.btea=0.04"])
+        params_with(["grpo.btea=0.04"], tmp_path)
 
 
 @pytest.mark.parametrize("section, key", [("grpo", "draft_tokens"), ("grpo", "few_shot_steps"),

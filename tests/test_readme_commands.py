@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from dvc_params import params_with
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -40,21 +40,6 @@ COMMANDS = readme_commands(README.read_text())
 
 def test_the_readme_shows_the_users_commands():
     assert {"make run", "make test", "dvc exp run -S grpo.beta=0.04", "dvc exp show"} <= set(COMMANDS)
-
-
-def _apply_set_params(values: list[str], tmp_path: Path) -> dict:
-    """params.yaml with `-S` values applied by DVC's own code, then loaded and validated as a stage loads it."""
-    import dataclasses
-
-    from dvc.utils.hydra import apply_overrides
-
-    from pipeline.params import load_params
-
-    params = tmp_path / "params.yaml"
-    shutil.copy(ROOT / "params.yaml", params)
-    if values:
-        apply_overrides(params, values)
-    return dataclasses.asdict(load_params(params))
 
 
 VENV = Path(sys.executable).parent.parent
@@ -91,7 +76,7 @@ def check_dvc(argv: list[str], tmp_path: Path) -> None:
     args = parse_args(argv[1:])  # DVC's own parser: an unknown flag or subcommand raises
     values = getattr(args, "set_param", None) or []
     if values:
-        loaded = _apply_set_params(values, tmp_path)
+        loaded = params_with(values, tmp_path)
         for value in values:
             key, raw = value.split("=", 1)
             section, name = key.split(".", 1)
@@ -170,5 +155,5 @@ def test_the_knobs_table_names_real_keys(tmp_path):
         for part in key.split("."):
             assert isinstance(node, dict) and part in node, f"{key} is not in params.yaml"
             node = node[part]
-        _apply_set_params([f"{key}={yaml.safe_dump(node, default_flow_style=True).strip().removesuffix('...').strip()}"],
+        params_with([f"{key}={yaml.safe_dump(node, default_flow_style=True).strip().removesuffix('...').strip()}"],
                           tmp_path)  # fmt: skip
