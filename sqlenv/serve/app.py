@@ -57,9 +57,7 @@ def serve(data: str | Path, host: str = "127.0.0.1", port: int = 8000, split: st
 
     questions = QuestionSet.load(data)
     if split is not None:
-        if split not in questions.splits:
-            raise ValueError(f"no split {split!r} in {data} (splits: {', '.join(questions.splits)})")
-        questions = QuestionSet({split: questions.splits[split]}, questions.db_dir)
+        questions = QuestionSet({split: questions.split(split)}, questions.db_dir)
     app = build_app(questions, config, max_sessions, session_timeout, web, own_sandboxes)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -19,7 +19,6 @@ closing the session closes them. What it does not: authenticate clients (the ser
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -111,14 +110,18 @@ class QuestionSet:
                         return name, i
             raise ValueError(f"no question with id {question_id!r} on this server")
         name = split if split is not None else self.default_split
-        if name not in self.splits:
-            raise ValueError(f"no split {name!r} on this server (splits: {', '.join(self.splits)})")
-        count = len(self.splits[name])
+        count = len(self.split(name))
         if index is None:
             index = random.Random(seed).randrange(count)
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
             raise ValueError(f"index must be an integer in [0, {count}) for split {name!r}, got {index!r}")
         return name, index
+
+    def split(self, name: str) -> Sequence[Question]:
+        """The questions of split `name`; ValueError naming the splits there are."""
+        if name not in self.splits:
+            raise ValueError(f"no split {name!r} on this server (splits: {', '.join(self.splits)})")
+        return self.splits[name]
 
     @property
     def default_split(self) -> str:
@@ -228,23 +231,13 @@ class SQLServeEnvironment(Environment[Action, Observation, SQLState]):
         return list(self._questions.splits)
 
     def num_tasks(self, split: str) -> int:
-        return len(self._split(split))
+        return len(self._questions.split(split))
 
     def list_tasks(self, split: str) -> list[dict[str, Any]]:
-        return [task_spec(q, split, i) for i, q in enumerate(self._split(split))]
+        return [task_spec(q, split, i) for i, q in enumerate(self._questions.split(split))]
 
     def get_task(self, split: str, index: int) -> dict[str, Any]:
-        questions = self._split(split)
+        questions = self._questions.split(split)
         if not 0 <= index < len(questions):
             raise IndexError(f"index {index} out of range for split {split!r} ({len(questions)} tasks)")
         return task_spec(questions[index], split, index)
-
-    def _split(self, split: str) -> Sequence[Question]:
-        if split not in self._questions.splits:
-            raise ValueError(f"no split {split!r} (splits: {', '.join(self._questions.splits)})")
-        return self._questions.splits[split]
-
-
-def dumps(obj: Any) -> str:
-    """JSON for logs and tests (pydantic models included)."""
-    return json.dumps(obj.model_dump() if hasattr(obj, "model_dump") else obj, default=str)
