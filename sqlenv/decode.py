@@ -1,6 +1,6 @@
 """Batched, cached decoding of the next turn of many episodes at once: pure torch, no TRL semantics.
 
-`sqlenv.eval.rollout` asks, each turn, for the next completion of every running episode in ONE batched,
+`sqlenv.episodes` asks, each turn, for the next completion of every running episode in ONE batched,
 left-padded generation (`ModelGenerator.generate`). On a CPU the prompt (system prompt +
 tool schemas, ~700 tokens) and the growing history cost far more to re-encode every turn than the short
 completions cost to decode, so each episode keeps the key/value cache of its tokens between turns and
@@ -22,9 +22,8 @@ It picks tokens as `generate` does (argmax; or HF's temperature, top-k and top-p
 multinomial draw), and tests check it against `generate`. `reuse_cache=False` re-encodes everything
 each turn; a test checks both give the same tokens.
 
-Two users: evaluation (`sqlenv.eval.rollout`, episodes keyed by question) and GRPO rollouts
-(`sqlenv.train.grpo`, through `ExtendingContexts`, which finds an episode by the tokens its context
-extends, since TRL's tool loop passes contexts only). It lives at the foundation so both can use it.
+Its one caller is the episode loop (`sqlenv.episodes.play_rollouts`), which GRPO's rollouts and evaluation
+share; episodes are keyed by their place in the batch.
 """
 
 from __future__ import annotations
@@ -78,6 +77,16 @@ class GenerationSettings:
 
         sample.probabilities = probabilities  # what a drafting step checks its guesses against
         return sample
+
+
+def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens all `sequences` share (0 for none)."""
+    if not sequences:
+        return 0
+    first, n = sequences[0], min(len(s) for s in sequences)
+    for other in sequences[1:]:
+        n = next((i for i in range(n) if other[i] != first[i]), n)
+    return n
 
 
 class TurnGenerator(Protocol):
@@ -517,66 +526,3 @@ class ModelGenerator:
                 layer.release()
         for b in batch_rows:
             self._kv[keys[rows[b]]] = (kept[b], len(index[b]))
-
-
-class ExtendingContexts:
-    """`ModelGenerator` for callers that know no episode keys, only token contexts: GRPO's tool loop.
-
-    TRL 1.16's `_tool_call_loop` asks for each next turn with the rollout's whole context so far
-    (prompt + completions + tool results, by concatenation). A context that extends one this object has
-    already decoded (its context + completion) reuses that episode's key/value cache, so only the tool
-    result and the generation prompt are prefilled; any other context is a new episode, whose shared
-    prompt prefix (system prompt + tool schemas: the longest common prefix of the first call's contexts)
-    was encoded once. Only valid while the weights stay the same: `reset()` before each generation
-    batch (GRPO changes the weights every step), which also frees the caches.
-
-    `budget(context)` is `max_completion_length` minus what the episode has used since its prompt, so a
-    turn never decodes tokens TRL would cut off afterwards (TRL asks for `max_completion_length` new tokens
-    every turn and truncates the excess).
-    """
-
-    def __init__(self, model: Any, gen: GenerationSettings, eos_ids: list[int], pad_id: int, draft_tokens: int = 0):
-        self.decoder = ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=True, draft_tokens=draft_tokens)
-        self._episodes: dict[int, tuple[list[int], int]] = {}  # key -> (context + completion, prompt length)
-        self._prefix_encoded = False
-
-    def reset(self) -> None:
-        for key in list(self._episodes):
-            self.decoder.finish(key)
-        self._episodes.clear()
-        self.decoder.encode_prefix([])
-        self._prefix_encoded = False
-
-    def _match(self, context: list[int], taken: set[int]) -> int | None:
-        """The episode (not yet used in this call) whose decoded tokens this context extends, longest first."""
-        best, best_len = None, -1
-        for key, (seen, _) in self._episodes.items():
-            if key not in taken and best_len < len(seen) <= len(context) and context[: len(seen)] == seen:
-                best, best_len = key, len(seen)
-        return best
-
-    def generate(self, contexts: Sequence[list[int]], max_completion_length: int) -> list[list[int]]:
-        """The next completion of each context (stop token included), decoded in one batch."""
-        contexts = [list(c) for c in contexts]
-        if not self._prefix_encoded and contexts:
-            common = contexts[0]
-            for c in contexts[1:]:
-                n = next((i for i, (a, b) in enumerate(zip(common, c)) if a != b), min(len(common), len(c)))
-                common = common[:n]
-            self.decoder.encode_prefix(common)
-            self._prefix_encoded = True
-        keys, budgets, taken = [], [], set()
-        for context in contexts:
-            key = self._match(context, taken)
-            if key is None:
-                key = max(self._episodes, default=-1) + 1
-                self._episodes[key] = (context, len(context))
-                self.decoder.start(key, context)
-            taken.add(key)
-            keys.append(key)
-            prompt_len = self._episodes[key][1]
-            budgets.append(max(0, max_completion_length - (len(context) - prompt_len)))
-        completions = self.decoder.generate(keys, contexts, budgets)
-        for key, context, completion in zip(keys, contexts, completions):
-            self._episodes[key] = (context + completion, self._episodes[key][1])
-        return completions

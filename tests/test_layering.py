@@ -10,7 +10,7 @@ import pytest
 from import_graph import ROOT, imported_names, package_of
 
 PACKAGE = ROOT / "sqlenv"
-FOUNDATION = {"types", "files", "provenance", "chat_templates", "prompt_lookup", "decode"}
+FOUNDATION = {"types", "files", "provenance", "chat_templates", "prompt_lookup", "decode", "episodes"}
 # What each part of sqlenv/ may import (besides itself and the standard/third-party libraries), bottom up.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "prompt_lookup": set(),
     "decode": {"prompt_lookup"},
     "env": {"types"},
+    "episodes": {"types", "decode", "prompt_lookup", "env"},
     "data": {"types", "files", "env"},
     "models": {"types", "files", "provenance", "chat_templates"},
     "train": FOUNDATION | {"env", "data"},

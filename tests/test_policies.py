@@ -15,7 +15,7 @@ from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.tool_calls import lenient_tool_calls
 from sqlenv.eval.policies import POLICIES, run_random
-from sqlenv.eval.rollout import Episode
+from sqlenv.episodes import Episode
 
 
 def test_random_policy_is_seeded_and_order_independent(concert_db_dir):

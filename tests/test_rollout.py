@@ -16,15 +16,15 @@ from sqlenv.decode import GenerationSettings, ModelGenerator, backbone
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.env.trl_adapter import SQLAgentEnv, agent_env_class, tool_methods
-from sqlenv.eval.rollout import (
+from sqlenv.episodes import (
     Episode,
     generation_eos_ids,
     play_episodes,
     prompt_token_ids,
     rollout_chat_template,
-    run_episodes,
     tool_suffix_ids,
 )
+from sqlenv.eval.rollout import run_episodes
 from sqlenv.provenance import chat_template_kwargs
 from sqlenv.train.tiny_model import build_tiny_model
 
@@ -509,14 +509,14 @@ def test_batched_cached_and_sequential_runs_agree(chaotic_model, tokenizer, conc
     tokens (hence the same transcripts and verdicts). Each question twice: equal episodes in one batch.
     The random model never writes a call, so every turn is read as a `describe` call here: the episodes
     run several turns, which is what the caches must survive."""
-    import sqlenv.eval.rollout as rollout
+    import sqlenv.episodes as episodes
 
     def every_turn_a_call(tokenizer, completion, prefix, tools, parser="strict"):
         content = tokenizer.decode(completion, skip_special_tokens=True)
         call = {"type": "function", "function": {"name": "describe", "arguments": {"table_name": "singer"}}}
         return {"role": "assistant", "content": content, "tool_calls": [call]}, False, False
 
-    monkeypatch.setattr(rollout, "parse_turn", every_turn_a_call)
+    monkeypatch.setattr(episodes, "parse_turn", every_turn_a_call)
     questions = list(QUESTIONS) * 2
     common = dict(db_dir=concert_db_dir, env_config=EnvConfig(step_budget=3), max_new_tokens_per_turn=10,
                   progress=False)
@@ -713,6 +713,7 @@ def test_episodes_whose_turn_ended_do_not_wait_for_the_longest_turn(chaotic_mode
     episode against one episode at a time, and takes fewer decode steps than a batch that waits for its
     longest turn (the runner before: `generate` only)."""
     import sqlenv.decode as decode
+    import sqlenv.episodes as episodes
     import sqlenv.eval.rollout as rollout
 
     def every_turn_a_call(tokenizer, completion, prefix, tools, parser="strict"):
@@ -724,7 +725,7 @@ def test_episodes_whose_turn_ended_do_not_wait_for_the_longest_turn(chaotic_mode
     with torch.no_grad():
         free = ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id).generate(
             [0, 1, 2], contexts, [16, 16, 16])
-    monkeypatch.setattr(rollout, "parse_turn", every_turn_a_call)
+    monkeypatch.setattr(episodes, "parse_turn", every_turn_a_call)
     monkeypatch.setattr(rollout, "generation_eos_ids", lambda model, tok: sorted({free[0][2], free[1][5]}))
     questions = list(QUESTIONS) * 3
     common = dict(db_dir=concert_db_dir, env_config=EnvConfig(step_budget=4), max_new_tokens_per_turn=16,

@@ -18,7 +18,8 @@ from sqlenv.data.oracle import oracle_calls
 from sqlenv.decode import GenerationSettings
 from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.eval.harness import EvalSettings, play, result_document
-from sqlenv.eval.rollout import generation_eos_ids, run_episodes
+from sqlenv.episodes import generation_eos_ids
+from sqlenv.eval.rollout import run_episodes
 from sqlenv.eval.vllm_backend import VLLMGenerator, completion_ids, require_vllm, sampling_kwargs
 from sqlenv.train.tiny_model import build_tiny_model
 
@@ -190,7 +191,7 @@ def chaotic_dir(tmp_path_factory, concert_db_dir) -> Path:  # noqa: F811
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sqlenv.eval.rollout import Episode, ensure_response_parser, prompt_token_ids, rollout_chat_template
+    from sqlenv.episodes import Episode, ensure_response_parser, prompt_token_ids, rollout_chat_template
 
     tiny = build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny32", dtype="float32")
     model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
@@ -221,7 +222,7 @@ def scripted_calls(monkeypatch, concert_db_dir):  # noqa: F811
     """Read every completion as a call picked by its token ids (the random model writes none): the gold
     answer, a wrong answer, a query, a describe, or no call. Verdicts and end reasons then follow the
     tokens, so any token either backend gets wrong shows in the records."""
-    from sqlenv.eval import rollout
+    from sqlenv import episodes as rollout
 
     gold = {q.question: oracle_calls(q, SQLEnv(concert_db_dir).sandbox_for(q.db_id))[-1][1] for q in QUESTIONS}
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.sandbox import quote_identifier
-from sqlenv.eval.rollout import Episode
+from sqlenv.episodes import Episode
 from sqlenv.types import TOOL_NAMES, EpisodeRecord, Question, stable_hash
 
 _ELLIPSIS = "\u2026"

@@ -145,7 +145,7 @@ def play_text_to_sql(
     import torch
     from tqdm.auto import tqdm
 
-    from sqlenv.eval.rollout import generation_eos_ids
+    from sqlenv.episodes import generation_eos_ids
 
     if shots < 0:
         raise ValueError(f"shots must be >= 0, got {shots}")

@@ -1,6 +1,6 @@
 """The next turn of many episodes from vLLM's offline engine: a `TurnGenerator` for `evaluate.backend: vllm`.
 
-`sqlenv.eval.rollout.play_episodes` asks a `TurnGenerator` for the next completion ids of the running
+`sqlenv.episodes.play_rollouts` asks a `TurnGenerator` for the next completion ids of the running
 episodes, each with its whole context and token budget. `VLLMGenerator` answers each turn with ONE
 `vllm.LLM.generate` over those contexts as token ids (`{"prompt_token_ids": ...}`, never re-tokenised
 text), so the episode loop, the tool-call parsing and the token bookkeeping stay the ones the HF backend

@@ -66,9 +66,9 @@ from sqlenv.env.trl_adapter import SQLAgentEnv, SQLAnswerAgentEnv, agent_env_cla
 from sqlenv.provenance import chat_template_kwargs
 from sqlenv.train.checkpointing import activation_checkpointing
 from sqlenv.train.processes import world_size
+from sqlenv.decode import common_prefix_length
 from sqlenv.train.shared_prefix import (
     SharedPrefix,
-    common_prefix_length,
     replayable_under_checkpointing,
     usable_length,
 )

@@ -55,9 +55,9 @@ from sqlenv.provenance import (
 )
 from sqlenv.train.checkpointing import activation_checkpointing
 from sqlenv.train.merge import TOOL_TAGS, save_trained, tag_rows
+from sqlenv.decode import common_prefix_length
 from sqlenv.train.shared_prefix import (
     SharedPrefix,
-    common_prefix_length,
     replayable_under_checkpointing,
     usable_length,
 )

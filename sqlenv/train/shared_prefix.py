@@ -42,19 +42,6 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
-    """Number of leading token ids that all `sequences` share (0 for none or an empty list)."""
-    if not sequences:
-        return 0
-    first = sequences[0]
-    n = min(len(s) for s in sequences)
-    for i in range(n):
-        token = first[i]
-        if any(s[i] != token for s in sequences):
-            return i
-    return n
-
-
 def usable_length(shared: int, first_labelled: int) -> int:
     """The prefix length a step can encode once: at most `shared` tokens, and ending before the position that
     predicts the first labelled token (`first_labelled`: the earliest labelled position over the step's
