@@ -8,7 +8,11 @@ and every other setting; only the keys in `BASELINE` differ:
   TRL's own padded log-prob passes, shared_prefix false);
 - `default`: params.yaml as it is (`--params`), read at run time, never copied here;
 - `no_shared_prefix` (only when asked for in `--configs`): the default with TRL's own log-prob passes, the
-  A/B of that one lever (`ratio_default_over_no_shared_prefix`).
+  A/B of that one lever (`ratio_default_over_no_shared_prefix`);
+- `trl_loop` (when asked for): the default with TRL's own tool loop and generation (`rollout_decoder: trl`)
+  in place of the episode loop through `rollout_func`, the A/B of the rollouts (`ratio_default_over_trl_loop`);
+- `full_lm_head` (when asked for): the default without `compact_lm_head`, TRL's fused head scoring every
+  position on a CPU, the A/B of the `_use_triton` swap (`ratio_default_over_full_lm_head`).
 
 Each trains `--steps` real optimizer steps of phase 1 through the stage's own builder
 (`phase_sections` -> `phase_settings` -> `build_trainer`, inside `compact_lm_head` as the stage trains),
@@ -82,7 +86,10 @@ CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
     "baseline": BASELINE,
     "default": {},
     "no_shared_prefix": {"grpo": {"shared_prefix": False}},
+    "trl_loop": {"grpo": {"rollout_decoder": "trl"}},
+    "full_lm_head": {},  # params unchanged; measured without `compact_lm_head` (PATCHES_OFF)
 }
+PATCHES_OFF = {"full_lm_head"}  # configurations trained outside `compact_lm_head`
 
 
 def with_overrides(params: Mapping[str, Any], overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -206,7 +213,7 @@ def phase_plan(params: Mapping[str, Any], phase: int):
 
 
 def measure(params: Mapping[str, Any], *, model: str, questions: Path, db_dir: Path, steps: int,
-            max_completion_length: int | None) -> dict[str, Any]:  # fmt: skip
+            max_completion_length: int | None, compact_head: bool = True) -> dict[str, Any]:  # fmt: skip
     """Train `steps` phase-1 steps of `params` (max_steps and, if given, max_completion_length overridden)."""
     from sqlenv.train.grpo import build_trainer
     from sqlenv.train.trl_patches import compact_lm_head
@@ -224,7 +231,7 @@ def measure(params: Mapping[str, Any], *, model: str, questions: Path, db_dir: P
         clock.time_generation(trainer)
         build_s = time.perf_counter() - t0
         # transformers prints each log entry to stdout: keep stdout for the JSON.
-        with compact_lm_head(), contextlib.redirect_stdout(sys.stderr):
+        with compact_lm_head() if compact_head else contextlib.nullcontext(), contextlib.redirect_stdout(sys.stderr):
             trainer.train()
         del trainer
         clock.trainer = None
@@ -341,7 +348,8 @@ def main(argv: list[str] | None = None) -> dict:
         for name in names:
             config = with_overrides(params, CONFIGS[name])
             measured = measure(config, model=model, questions=questions, db_dir=db_dir, steps=args.steps,
-                               max_completion_length=args.max_completion_length)  # fmt: skip
+                               max_completion_length=args.max_completion_length,
+                               compact_head=name not in PATCHES_OFF)  # fmt: skip
             measured["projected"] = projection(config, measured, questions)
             configs[name] = measured
     finally:
@@ -349,7 +357,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["loadavg_after"] = os.getloadavg()
     result["peak_rss_mb_process"] = machine.peak_rss_mb()["system/peak_rss_mb"]
     result["configs"] = configs
-    for other in ("baseline", "no_shared_prefix"):
+    for other in ("baseline", "no_shared_prefix", "trl_loop", "full_lm_head"):
         if {"default", other} <= set(configs):
             result[f"ratio_default_over_{other}"] = ratios(configs, other)
     print_json(result, args.out)

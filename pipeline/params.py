@@ -131,8 +131,8 @@ class GRPOParams:
     few_shot_steps: int
     use_vllm: Literal["none", "colocate", "server"]
     activation_checkpointing: Literal["auto", True, False]
-    shared_prefix: bool
-    rollout_decoder: Literal["cached", "trl"]
+    shared_prefix: Literal["auto", True, False]
+    rollout_decoder: Literal["auto", "sqlenv", "trl"]
     draft_tokens: int
     mask_truncated_completions: bool
 

@@ -214,6 +214,7 @@ class Episode:
         self.lenient_call_turns = 0
         self.rejected_calls = 0  # calls TRL's loop itself rejected (unknown tool, arguments not a mapping)
         self.calls_after_end = 0
+        self.tool_calls = self.tool_failures = 0  # every call run, and those that raised (TRL's tools/ metrics)
         self.done = False
         self.end_reason = ""
 
@@ -274,6 +275,8 @@ class Episode:
         for call in calls:
             over = self._sql.done
             name, content, rejected = self._execute(call)
+            self.tool_calls += 1
+            self.tool_failures += rejected
             if over:
                 self.calls_after_end += 1
             elif rejected:
@@ -284,6 +287,12 @@ class Episode:
         if self.turns >= self.max_turns:
             self.end("turn budget")
         return results
+
+    def summary(self) -> dict[str, Any]:
+        """The environment's account of the episode (`SQLEnv.summary`): the same numbers TRL's loop leaves in
+        the adapter (`SQLAgentEnv._episode`); plus the calls run and those that raised, which TRL's loop counts
+        itself (`tools/call_frequency`, `tools/failure_frequency`)."""
+        return {**self._sql.summary(), "tool_calls": self.tool_calls, "tool_failures": self.tool_failures}
 
     def note_unplayed_turn(self, message: dict[str, Any]) -> None:
         """Record the turn a training rollout generates after the turn budget: in the transcript, uncounted,
@@ -378,6 +387,7 @@ class Rollout:
     prompt_ids: list[int]
     completion_ids: list[int]
     env_mask: list[int]
+    summary: dict[str, Any]  # the environment's own account (`SQLEnv.summary`), what GRPO's reward functions read
 
 
 def play_episodes(generator: TurnGenerator, tokenizer: Any, questions: Sequence[Question], **kwargs: Any) -> list[EpisodeRecord]:
@@ -508,7 +518,8 @@ def play_rollouts(
                                 last_turn.add(key)
                 if episode.done and key not in last_turn:
                     prompt = contexts[key][: prompt_len[key]]
-                    results[key] = Rollout(episode.to_record(tokens=tokens[key]), prompt, completion[key], env_mask[key])
+                    results[key] = Rollout(episode.to_record(tokens=tokens[key]), prompt, completion[key], env_mask[key],
+                                           episode.summary())  # fmt: skip
                     generator.finish(key)
                     for store in (episodes, contexts, prompt_len, turn_start, tokens, completion, env_mask):
                         del store[key]

@@ -33,6 +33,7 @@ from sqlenv.provenance import model_fingerprint
 from sqlenv.train.grpo import (
     STAGES,
     build_trainer,
+    phase_policy,
     phase_sections,
     phase_settings,
     plan_batches,
@@ -68,6 +69,7 @@ def main(phase: int) -> None:
     run_key = {"params_hash": params_hash(read), "start_fingerprint": start_fp}
     plan = plan_batches(settings.batch_size, settings.gradient_accumulation_steps, settings.num_generations, world_size())
     main_process = is_main_process()
+    policy = phase_policy(settings)
 
     with main_stage_run(stage, read):
         # Every process picks the same checkpoint; only the main one removes the others.
@@ -81,10 +83,13 @@ def main(phase: int) -> None:
                                "derived.generation_batch_size": plan.generation_batch_size,
                                "derived.prompts_per_step": plan.prompts_per_step,
                                "derived.processes": plan.world_size,
-                               "derived.beta": settings.beta})  # grpo.beta or the phase's own  # fmt: skip
+                               "derived.beta": settings.beta,  # grpo.beta or the phase's own
+                               # what the device policy chose here (sqlenv/devices.py)
+                               "derived.device": policy.device, "derived.rollout_decoder": policy.rollout_decoder,
+                               "derived.shared_prefix": policy.shared_prefix})  # fmt: skip
         trainer = build_trainer(
             settings, model_path=start, questions_file=questions, db_dir=paths.DATABASES, checkpoint_dir=ckpt_dir,
-            callbacks=callbacks,
+            callbacks=callbacks, policy=policy,
         )  # fmt: skip
         logger.attach(trainer)
         t0 = time.monotonic()

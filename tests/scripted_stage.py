@@ -4,9 +4,10 @@ A tiny random model never ends a turn nor makes a tool call, so every completion
 reward equal and every gradient zero: its weights never move, and a test comparing weights would prove
 nothing. Here each rollout's first turn is drawn from torch's global generator (the one HF sampling
 draws from, saved and restored by checkpoints) among a right answer for `q_count`, a wrong one and
-no tool call; a turn after a tool result is the plain final reply. Everything else (the stage, TRL's
-tool loop, the environment and its rewards, log-probs, optimizer, checkpoints) is the real code, so
-rewards vary within a group, advantages are non-zero and the weights depend on every prompt and draw.
+no tool call; a turn after a tool result is the plain final reply. Everything else (the stage, the episode
+loop through TRL's rollout_func, the environment and its rewards, log-probs, optimizer, checkpoints) is the
+real code, so rewards vary within a group, advantages are non-zero and the weights depend on every prompt
+and draw. (With `grpo.rollout_decoder: trl` TRL's own turn generation is scripted the same way.)
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ FIRST_TURNS = (
 AFTER_TOOL = prompts.FINAL_REPLY + "<|im_end|>"
 
 
+def scripted_turn(key, turn, context):
+    return AFTER_TOOL if turn else FIRST_TURNS[int(torch.randint(len(FIRST_TURNS), ()))]
+
+
 def scripted_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
     tokenizer = self.processing_class
     out = []
@@ -38,8 +43,16 @@ def scripted_single_turn(self, prompt_ids, images, multimodal_fields, num_genera
 
 
 if __name__ == "__main__":
-    import sqlenv.train.grpo as grpo
+    from pathlib import Path
 
-    GRPOTrainer._generate_single_turn = scripted_single_turn
-    grpo.cached_decoding_applies = lambda trainer: False  # TRL's own turn generation, i.e. the script above
+    from scripted_turns import ReplayTurns
+    from transformers import AutoTokenizer
+
+    import sqlenv.train.rollouts as rollouts
+
+    def turn_generator(model, gen, eos_ids, pad_id, draft_tokens):
+        return ReplayTurns(AutoTokenizer.from_pretrained(Path(model.config.name_or_path)), scripted_turn)
+
+    rollouts.turn_generator = turn_generator  # the episode loop's turns (grpo.rollout_decoder: sqlenv)
+    GRPOTrainer._generate_single_turn = scripted_single_turn  # TRL's own loop's turns (trl)
     runpy.run_module("stages.grpo", run_name="__main__", alter_sys=True)

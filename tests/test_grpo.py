@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 from fixtures_env import Q_COUNT, concert_db_dir  # noqa: F401  (fixture)
+from scripted_turns import replaying
 
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
@@ -25,16 +26,18 @@ from sqlenv.train.grpo import (
     build_trainer,
     component_reward_funcs,
     episode_diagnostics,
-    epoch_repeat_sampler_class,
     grpo_config,
     phase_sections,
     phase_settings,
     plan_batches,
+    vllm_arguments,
+)
+from sqlenv.train.grpo_trainer import (
+    EpochRepeatSampler,
+    batch_prompt_prefix,
     rollout_log_probs,
     sampler_epoch_callback,
-    shared_prompt_prefix,
     stack_rows,
-    vllm_arguments,
 )
 from sqlenv.train.grpo_outputs import (
     CHECKPOINT_MARKER,
@@ -224,7 +227,9 @@ def test_grpo_config_carries_the_phase(tmp_path):
     flipped = grpo_config(phase_settings(phase_sections(p, 2), 2), tmp_path / "ck")
     assert flipped.mask_truncated_completions is p["grpo"]["mask_truncated_completions"]
     assert config.scale_rewards == "none"
-    assert config.reward_weights == [0.0] * len(COMPONENTS)
+    # on this CPU the episode loop plays: the env's total comes as the last reward function, weight 1 (with
+    # TRL's own loop TRL appends it, tests/test_devices.py)
+    assert config.reward_weights == [0.0] * len(COMPONENTS) + [1.0]
     assert config.model_init_kwargs == {"dtype": p["model"]["dtype"]}
     assert config.chat_template_kwargs == {"enable_thinking": False}
     assert config.output_dir == str(tmp_path / "ck") and config.save_steps == p["grpo"]["checkpoint_every"]
@@ -333,7 +338,7 @@ def test_epoch_sampler_gives_each_epoch_trls_order_in_a_fresh_process():
     assert len({tuple(e) for e in trl_epochs}) > 1
     assert list(RepeatSampler(**kwargs)) == trl_epochs[0]  # TRL's, built afresh (a resumed run): epoch 0's order
 
-    sampler_class = epoch_repeat_sampler_class()
+    sampler_class = EpochRepeatSampler
     continued = sampler_class(**kwargs)
     assert [list(continued) for _ in range(4)] == trl_epochs  # iterated on without set_epoch: TRL's order
     for epoch in (3, 1, 1, 0, 2):
@@ -350,7 +355,7 @@ def test_epoch_sampler_gives_each_epoch_trls_order_in_a_fresh_process():
 def test_sampler_epoch_callback_sets_the_epoch_from_the_trainer_state():
     from types import SimpleNamespace
 
-    trainer = SimpleNamespace(_epoch_sampler=epoch_repeat_sampler_class()(data_source=[0, 1], mini_repeat_count=2))
+    trainer = SimpleNamespace(_epoch_sampler=EpochRepeatSampler(data_source=[0, 1], mini_repeat_count=2))
     callback = sampler_epoch_callback(trainer)
     for state_epoch, epoch in ((0, 0), (None, 0), (2.0, 2), (1.5, 1), (3 + 2 / 3, 3)):
         callback.on_epoch_begin(None, SimpleNamespace(epoch=state_epoch), None)
@@ -381,6 +386,36 @@ def test_completion_only_logprobs_match_trl_default(tmp_path):
     assert (compact.log_probs[:, :29] == 0).all() and (compact.log_probs[:, 30:] != 0).all()
 
 
+def test_compact_lm_head_sends_only_labelled_positions_to_the_head_kernel(tmp_path, monkeypatch):
+    """What the `_use_triton` swap is for, counted where it pays: the positions TRL's fused head hands its chunked
+    log-prob kernel. Off: every position of the batch (TRL's choice off Triton); on: only the labelled ones. Fails
+    if TRL stops reading the swapped name (the count would be every position again)."""
+    import trl.trainer.utils as trl_utils
+    from transformers import AutoModelForCausalLM
+
+    from sqlenv.train.tiny_model import build_tiny_model
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "tiny", dtype="float32"))
+    trl_utils.add_fused_lm_head(model, temperature=1.0, outputs=("log_probs",))
+    ids = torch.randint(0, 151_000, (2, 40), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    labels[:, :30] = -100  # each row: 30 prompt positions, then 10 scored ones (the last has no next token)
+    seen: list[int] = []
+    kernel = trl_utils._ChunkedLogProbFunction
+
+    class Counting:
+        @staticmethod
+        def apply(hidden, *args):
+            seen.append(hidden.shape[0])
+            return kernel.apply(hidden, *args)
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Counting)
+    model(input_ids=ids, labels=labels, fused_lm_head=True)
+    with compact_lm_head():
+        model(input_ids=ids, labels=labels, fused_lm_head=True)
+    assert seen == [2 * 39, 2 * 10]  # shifted by one: 39 positions a row predict a next token, 10 of them labelled
+
+
 # ------------------------------------------------------------- TRL end to end (scripted model turns)
 SCRIPTS = [
     [("describe", {"table_name": "singer"}), ("query", {"sql": "SELECT count(*) FROM singer"}), ("answer", {"value": "5"})],
@@ -397,12 +432,17 @@ COUNT_QUESTIONS = [
 
 def _scripted_generation(trainer, tokenizer):
     """Replace the model's sampling by scripted turns: rollout i of a batch plays SCRIPTS[i % 3], then
-    a plain reply. TRL passes only the rollouts that made a tool call, in order, to later turns."""
+    a plain reply, through whichever loop the trainer plays (`EpisodeRollouts`, or TRL's own, which passes
+    only the rollouts that made a tool call, in order, to later turns)."""
     turns = [
         ['<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call><|im_end|>' % (n, json.dumps(a)) for n, a in s]
         + [prompts.FINAL_REPLY + "<|im_end|>"]
         for s in SCRIPTS
     ]
+    if trainer.rollout_func is not None:
+        script = lambda key, k, context: turns[key % len(turns)][min(k, len(turns[key % len(turns)]) - 1)]  # noqa: E731
+        trainer.rollout_func.make_generator = replaying(tokenizer, script)
+        return
     state = {"active": [], "turn": {}}
 
     def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -541,81 +581,6 @@ def test_final_model_is_merged_and_plain(scripted_run, tmp_path):
     assert not any("lora" in n for n, _ in model.named_parameters())
 
 
-# ------------------------------------------------------------------------------------- rollout decoder
-def test_cached_rollout_decoder_gives_trls_tokens_and_prefills_only_new_tokens(tmp_path, concert_db_dir):  # noqa: F811
-    """`grpo.rollout_decoder: cached` in place of TRL's `_generate_single_turn` (transformers path): with
-    greedy-equivalent sampling (top_k=1) the same completions, first turn and a later turn that extends
-    the rollouts' contexts by a tool result; the later turn feeds the model only the new tokens. Calls
-    TRL's own method for the reference, so a change of its signature or outputs fails here."""
-    from transformers import AutoTokenizer
-    from trl import GRPOTrainer
-
-    from sqlenv.train.tiny_model import build_tiny_model
-
-    tiny = build_tiny_model(tmp_path / "tiny", dtype="float32")
-    questions = tmp_path / "train.jsonl"
-    questions.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in COUNT_QUESTIONS))
-    p = repo_params()
-    p["model"]["dtype"] = "float32"
-    p["grpo"].update(batch_size=3, lora_r=4, lora_alpha=8, rollout_decoder="cached")
-    p["grpo_phase1"].update(beta=0.0, max_steps=1, num_generations=3, max_completion_length=40)
-    trainer = build_trainer(phase_settings(phase_sections(p, 1), 1), model_path=tiny, questions_file=questions,
-                            db_dir=concert_db_dir, checkpoint_dir=tmp_path / "ck")  # fmt: skip
-    assert trainer._turns is not None
-    assert "TrimHeap" in [type(c).__name__ for c in trainer.callback_handler.callbacks]  # sqlenv.train.heap
-    trainer.top_k = trainer.generation_config.top_k = 1  # sampling that picks the argmax: comparable token for token
-    trainer._turns.decoder.gen = dataclasses.replace(trainer._turns.decoder.gen, top_k=1)
-    tok = AutoTokenizer.from_pretrained(tiny)
-    rendered = [tok.apply_chat_template([{"role": "system", "content": prompts.SYSTEM_PROMPT},
-                                         {"role": "user", "content": q.question}], add_generation_prompt=True,
-                                        tokenize=True, return_dict=True)["input_ids"] for q in COUNT_QUESTIONS[:2]]  # fmt: skip
-    first = [rendered[0], rendered[0], rendered[1]]  # a group of two and another question
-    fed = []
-    base = trainer.model.get_base_model()
-    import torch
-
-    torch.manual_seed(0)  # a random tiny model's argmax is one token everywhere: make its outputs depend on the context
-    for name, weight in base.named_parameters():
-        if "norm" not in name:
-            weight.data.normal_(0, 0.3)
-    # the transformer: prefills run it alone (no LM head), decode steps through the model
-    hook = base.get_decoder().register_forward_pre_hook(lambda m, a, kw: fed.append(kw["input_ids"].numel()), with_kwargs=True)
-    attention: list[str] = []  # what attends while rollouts decode (drafting: the packed SDPA), and after
-    spy = base.register_forward_pre_hook(lambda m, a: attention.append(base.config._attn_implementation))
-
-    trainer._turns.reset()
-    probe = trainer._generate_single_turn(first, None, {}, 1)[0]
-    stop = next(t for i, t in enumerate(probe[0]) if i >= 4 and t not in probe[0][:i])  # stop a first turn early
-    trainer.eos_token_ids = [*trainer.eos_token_ids, stop]
-    trainer.generation_config.eos_token_id = list(trainer.eos_token_ids)
-    trainer._turns.decoder.eos_ids = list(trainer.eos_token_ids)
-    trainer._turns.reset()
-    ours = trainer._generate_single_turn(first, None, {}, 1)[0]
-    tool = tok("<|im_end|>\n<|im_start|>user\n<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
-               add_special_tokens=False)["input_ids"]  # fmt: skip
-    order = [2, 0]  # TRL passes on only the rollouts that called a tool, in order; here also out of order
-    later = [first[i] + ours[i] + tool for i in order]
-    fed.clear()
-    ours_later = trainer._generate_single_turn(later, None, {}, 1)[0]
-    prefilled, first_step = fed[0], fed[1]  # the rollouts' new tokens in one forward, then one batched step
-    hook.remove()
-    spy.remove()
-    # grpo.draft_tokens (params.yaml: 8): steps also check guessed tokens, kept by speculative sampling, which
-    # under top_k=1 keeps exactly the argmax tokens: TRL's tokens still
-    assert trainer._turns.decoder.draft_tokens == 8 and set(attention) == {"sqlenv_packed_sdpa"}
-    assert base.config._attn_implementation == "sdpa"
-
-    trl_first = GRPOTrainer._generate_single_turn(trainer, first, None, {}, 1)[0]
-    trl_later = GRPOTrainer._generate_single_turn(trainer, later, None, {}, 1)[0]
-    left = [max(0, 40 - (len(x) - len(first[i]))) for x, i in zip(later, order)]  # TRL cuts a later turn to what is left
-    assert ours == trl_first and ours[0][-1] == stop and len(ours[0]) < 40
-    assert left[1] > 0 and ours_later[1] and ours_later == [c[:n] for c, n in zip(trl_later, left)]
-    # The later turn prefilled the last completion token + the tool result but its last token of each rollout
-    # (equally long: one forward, no padding), then fed that last token of each in one batched step: never
-    # the whole context again.
-    assert prefilled == len(tool) * len(order) and first_step == len(order)
-
-
 def test_bf16_loss_runs_under_autocast_without_adapter_input_casts_and_generation_without(tmp_path, concert_db_dir):  # noqa: F811
     """On a CPU in bf16 the policy forward pass of the loss runs under autocast, and there the LoRA layers skip
     the input cast to their fp32 adapters (`sqlenv.train.adapters`); generation runs without autocast (where
@@ -733,7 +698,7 @@ def test_rollout_log_probs_match_trls_padded_rows_and_skip_empty_completions(tmp
 
     def run(ours: bool):
         model.zero_grad()
-        trainer._prefix_ids = shared_prompt_prefix(ids[:, :width_p], mask[:, :width_p]) if ours else []
+        trainer._prefix_ids = batch_prompt_prefix(ids[:, :width_p], mask[:, :width_p]) if ours else []
         trainer._step_prefix = None
         trainer.shared_prefix = ours
         logps, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, width_c, batch_size=1, compute_entropy=True)

@@ -10,7 +10,7 @@ import pytest
 from import_graph import ROOT, imported_names, package_of
 
 PACKAGE = ROOT / "sqlenv"
-FOUNDATION = {"types", "files", "provenance", "chat_templates", "prompt_lookup", "decode", "episodes"}
+FOUNDATION = {"types", "files", "provenance", "chat_templates", "prompt_lookup", "decode", "episodes", "devices"}
 # What each part of sqlenv/ may import (besides itself and the standard/third-party libraries), bottom up.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -19,6 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "provenance": set(),
     "chat_templates": set(),
     "dtype": set(),
+    "devices": set(),
     "prompt_lookup": set(),
     "decode": {"prompt_lookup"},
     "env": {"types"},

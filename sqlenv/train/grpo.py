@@ -12,23 +12,24 @@ What this module builds, and what it guards:
   TRL requires `generation_batch_size % num_generations == 0` and a generation batch that is a whole
   number of micro-batches; accumulation is raised to the smallest value that satisfies both, and
   `steps_per_generation` equals it, so one generation feeds exactly one optimizer step (on-policy).
-- Rewards: the environment owns the optimised reward. TRL 1.16 appends `SQLAgentEnv.get_reward` as
-  the LAST reward function with weight 1 (named after the class). Before it come one function per
-  reward component (`component_reward_funcs`) with weight 0: TRL logs each as
+- Rollouts (`grpo.rollout_decoder`, resolved by the device policy, `sqlenv.devices`): `sqlenv` plays every
+  rollout through the one episode loop evaluation plays (`sqlenv.train.rollouts.EpisodeRollouts`, TRL's
+  public `rollout_func`); `trl` leaves them to TRL's own `environment_factory` tool loop (TRL's or vLLM's
+  generation). A test replays scripted turns through both and compares ids, mask, rewards and verdicts.
+- Rewards: the environment owns the optimised reward, weight 1, named after the adapter class
+  (`SQLAgentEnv`): with `trl`, TRL appends `SQLAgentEnv.get_reward` as the last reward function; with
+  `sqlenv`, `reward_funcs` appends `env_reward_func`, which reads the same total from the rollout's
+  `episode` field. Before it come one function per reward component with weight 0: TRL logs each as
   `rewards/<component>/mean|std`, and since the advantage is computed from `nansum(weights × rewards)`
   a zero weight adds exactly 0 (a test recomputes the advantages from the env reward alone). The
   first component function also reports per-batch episode diagnostics through TRL's `log_metric`
   hook (`episode/...` metrics, averaged per logging step) and per-episode columns through
   `log_extra` (they land in `trainer._logs["extra"]`, read by the transcript logger).
-- Few-shot option (`grpo.few_shot_steps`): worked oracle episodes in the system prompt while
-  `state.global_step < few_shot_steps`. The swap happens where TRL reads the prompt, in
-  `SQLAgentGRPOTrainer._generate_and_score_completions`, keyed on the restored `global_step`: exact
-  and resume-safe. (A dataset transform toggled by a callback would be one step late: accelerate's
-  `DataLoaderShard` fetches the next batch one step ahead.)
+- Few-shot option (`grpo.few_shot_steps`), resume order and the shared-prefix log-prob passes: the trainer
+  subclass, `sqlenv.train.grpo_trainer.SQLAgentGRPOTrainer`.
 - Resume is exact: resumed from a checkpoint, a phase ends with the weights of an uninterrupted run
   (a test compares every tensor). Trainer restores the optimizer, scheduler and RNG states (generation
-  samples from torch's global generator) and skips the finished batches; TRL's `RepeatSampler` has no
-  `set_epoch`, so a resume in epoch >= 1 replayed epoch 0's prompts: `epoch_repeat_sampler_class` adds it.
+  samples from torch's global generator) and skips the finished batches.
 - What a run leaves behind (checkpoints and resume, the merged model, curve, transcripts) lives in
   `sqlenv.train.grpo_outputs`.
 
@@ -48,7 +49,6 @@ that never emits a parseable tool call gets a constant reward, hence zero advant
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
@@ -66,12 +66,7 @@ from sqlenv.env.trl_adapter import SQLAgentEnv, SQLAnswerAgentEnv, agent_env_cla
 from sqlenv.provenance import chat_template_kwargs
 from sqlenv.train.checkpointing import activation_checkpointing
 from sqlenv.train.processes import world_size
-from sqlenv.decode import common_prefix_length
-from sqlenv.train.shared_prefix import (
-    SharedPrefix,
-    replayable_under_checkpointing,
-    usable_length,
-)
+from sqlenv.devices import GRPOPolicy, grpo_policy
 from sqlenv.types import Question, strict_kwargs
 
 STAGES = {1: "grpo_phase1", 2: "grpo_phase2"}
@@ -122,10 +117,10 @@ class PhaseSettings:
     lora_alpha: int
     few_shot_steps: int
     use_vllm: str  # none | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
-    rollout_decoder: str  # cached (our KV-cached decode loop for each turn) | trl (TRL's transformers generate)
-    draft_tokens: int  # cached: tokens guessed per rollout and decode step, checked by speculative sampling
+    rollout_decoder: str  # auto | sqlenv (the episode loop, TRL's rollout_func) | trl (TRL's environment_factory loop)
+    draft_tokens: int  # sqlenv: tokens guessed per rollout and decode step, checked by speculative sampling
     mask_truncated_completions: bool  # TRL's: a rollout cut off at max_completion_length leaves the loss
-    shared_prefix: bool  # log-prob passes without padding, the step's shared prompt prefix encoded once (one process)
+    shared_prefix: str | bool  # auto | true | false: log-prob passes without padding, after the step's shared prompt prefix (one process)
     activation_checkpointing: str | bool  # auto (on when computing in float32) | true | false (`train.checkpointing`)
     transcripts_every: int
     transcripts_per_log: int
@@ -240,21 +235,37 @@ def verdict(episode: Mapping[str, Any]) -> str:
     return "correct" if episode["correct"] else ("wrong" if episode["answered"] else "unanswered")
 
 
+def _episodes(name: str, environments: Any, episode: Any) -> list[Mapping[str, Any]]:
+    """Each rollout's `SQLEnv.summary`: the rollout_func's `episode` field, or (TRL's loop) the adapters' own."""
+    if episode is not None:
+        return list(episode)
+    if environments is None:
+        raise ValueError(f"reward {name!r} needs GRPOTrainer(rollout_func=EpisodeRollouts(...)) or "
+                         "GRPOTrainer(environment_factory=SQLAgentEnv...)")  # fmt: skip
+    return [env._episode for env in environments]  # the adapter's diagnostics hook (a property, so not a tool)
+
+
 def _component_reward(name: str, report: bool) -> Callable[..., list[float]]:
-    def reward(environments=None, completions=None, completion_ids=None, log_metric=None, log_extra=None, **_):
-        if environments is None:
-            raise ValueError(f"reward component {name!r} needs GRPOTrainer(environment_factory=SQLAgentEnv...)")
-        # `_episode` is the adapter's documented diagnostics hook (a property, so not a tool).
-        episodes = [env._episode for env in environments]
+    def reward(environments=None, episode=None, transcript=None, completions=None, completion_ids=None,
+               log_metric=None, log_extra=None, **_):  # fmt: skip
+        episodes = _episodes(name, environments, episode)
         if report:
             if log_metric is not None:
-                for key, value in episode_diagnostics(episodes, completions or [], completion_ids or []).items():
+                # the rollout_func's played turns; TRL's loop leaves its parsed turns in `completions`
+                turns = [m[2:] for m in transcript] if transcript is not None else completions or []
+                for key, value in episode_diagnostics(episodes, turns, completion_ids or []).items():
                     log_metric(key, value)
+                if episode is not None:  # what TRL's own loop logs of its tool calls
+                    calls = sum(e["tool_calls"] for e in episodes)
+                    log_metric("tools/call_frequency", calls / max(len(episodes), 1))
+                    log_metric("tools/failure_frequency", sum(e["tool_failures"] for e in episodes) / calls if calls else 0.0)
             if log_extra is not None:
                 log_extra("question_id", [e["question_id"] for e in episodes])
                 log_extra("verdict", [verdict(e) for e in episodes])
                 log_extra("env_steps", [e["steps"] for e in episodes])
                 log_extra("calls_after_end", [e["calls_after_end"] for e in episodes])
+                if transcript is not None:  # the played episode, tables and tool results included
+                    log_extra("messages", [list(m) for m in transcript])
         return [float(e["reward_components"][name]) for e in episodes]
 
     reward.__name__ = reward.__qualname__ = name  # TRL names the metric after it: rewards/<name>/mean
@@ -266,289 +277,23 @@ def component_reward_funcs(components: Sequence[str] = COMPONENTS) -> list[Calla
     return [_component_reward(name, report=(i == 0)) for i, name in enumerate(components)]
 
 
-# ------------------------------------------------------------------------------------------- trainer
-@functools.cache
-def epoch_repeat_sampler_class() -> type:
-    """TRL's `RepeatSampler` with `set_epoch`: the order of epoch e no longer depends on how many epochs this
-    process iterated before.
+def env_reward_func(env_class: type) -> Callable[..., list[float]]:
+    """The environment's total reward (weight 1) read from the rollout_func's `episode` field, named after the
+    adapter class as TRL names `get_reward` in its own loop, so both paths log `rewards/SQLAgentEnv/...`."""
 
-    TRL's sampler draws epoch e's permutation from a generator seeded once and advanced by the e earlier
-    iterations, and has no `set_epoch`. A run resumed in epoch e >= 1 is a fresh process with a fresh
-    generator, so it replayed epoch 0's order: different prompts from the resumed step on than an
-    uninterrupted run, hence different weights. Here each iteration rewinds the generator to its seeded
-    state and draws e permutations first, e being the epoch last passed to `set_epoch` (transformers'
-    Trainer and accelerate's DataLoaderShard call it before every epoch; iterated again without it, the
-    next epoch). Epoch e gets exactly the order it gets in an uninterrupted TRL run.
-    """
-    import torch
-    from trl.trainer.utils import RepeatSampler
+    def reward(episode=None, **_):
+        if episode is None:
+            raise ValueError("the environment's reward needs GRPOTrainer(rollout_func=EpisodeRollouts(...))")
+        return [float(e["reward"]) for e in episode]
 
-    class EpochRepeatSampler(RepeatSampler):
-        def __init__(self, *args: Any, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self.epoch = 0
-            self._seeded_state = self.generator.get_state() if self.shuffle else None
-
-        def set_epoch(self, epoch: int) -> None:
-            self.epoch = epoch
-
-        def __iter__(self):
-            if self.shuffle:
-                self.generator.set_state(self._seeded_state)
-                for _ in range(self.epoch):
-                    torch.randperm(self.num_samples, generator=self.generator)
-            self.epoch += 1
-            yield from super().__iter__()
-
-    return EpochRepeatSampler
+    reward.__name__ = reward.__qualname__ = env_class.__name__
+    return reward
 
 
-def sampler_epoch_callback(trainer: Any):
-    """A TrainerCallback that tells `trainer._epoch_sampler` its epoch at each epoch's start, from the
-    (restored) trainer state.
-
-    accelerate's `DataLoaderShard.set_epoch` reaches the sampler through one or two wrappers, not through
-    both of a multi-process run resumed mid-epoch (`SkipBatchSampler` around `BatchSamplerShard`).
-    `state.epoch` is the epoch number plus the finished fraction of it: exactly the number at an epoch's start.
-    """
-    from transformers import TrainerCallback
-
-    class SamplerEpoch(TrainerCallback):
-        def on_epoch_begin(self, args, state, control, **kwargs):
-            sampler = getattr(trainer, "_epoch_sampler", None)
-            if sampler is not None:
-                sampler.set_epoch(math.floor(state.epoch or 0))
-
-    return SamplerEpoch()
-
-
-def _trainer_class():
-    from trl import GRPOTrainer
-
-    class SQLAgentGRPOTrainer(GRPOTrainer):
-        """GRPOTrainer whose first `few_shot_steps` steps see worked examples in the system prompt, and whose
-        training order after a resume is that of an uninterrupted run (`epoch_repeat_sampler_class`)."""
-
-        def __init__(self, *args: Any, few_shot_system: str | None = None, few_shot_steps: int = 0,
-                     rollout_decoder: str = "cached", loss_autocast: bool = False, shared_prefix: bool = True,
-                     draft_tokens: int = 0, **kwargs: Any):  # fmt: skip
-            super().__init__(*args, **kwargs)
-            self.loss_autocast = loss_autocast
-            # Under DDP the last micro-batch's backward all-reduces the gradients before the shared prefix's
-            # share could be added (`sqlenv.train.shared_prefix`): one process only.
-            self.shared_prefix = shared_prefix and self.accelerator.num_processes == 1
-            if self.shared_prefix and self.args.activation_checkpointing:
-                replayable_under_checkpointing(self.model)
-            self._prefix_ids: list[int] = []  # the prompt prefix every rollout of the current generation batch opens with
-            self._step_prefix = None  # its SharedPrefix under the current weights, with gradient (one optimizer step)
-            self.few_shot_system = few_shot_system
-            self.few_shot_steps = few_shot_steps if few_shot_system else 0
-            self._questions: list[str] = []  # ids of the questions generated for since the last training log
-            if rollout_decoder not in ROLLOUT_DECODERS:
-                raise ValueError(f"grpo.rollout_decoder must be one of {ROLLOUT_DECODERS}, got {rollout_decoder!r}")
-            self._turns = None
-            if rollout_decoder == "cached" and cached_decoding_applies(self):
-                from sqlenv.decode import ExtendingContexts, GenerationSettings
-
-                gen = GenerationSettings(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0)
-                self._turns = ExtendingContexts(None, gen, list(self.eos_token_ids), self._tokenizer.pad_token_id,
-                                                draft_tokens=draft_tokens)  # fmt: skip
-            self.add_callback(sampler_epoch_callback(self))
-
-        def compute_loss(self, model, inputs, *args, **kwargs):
-            # The policy's forward pass, the one the loss backpropagates through; generation and the
-            # reference pass (no gradient) stay outside autocast, where it would only add casts.
-            if not self.loss_autocast:
-                return super().compute_loss(model, inputs, *args, **kwargs)
-            import torch
-
-            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-                return super().compute_loss(model, inputs, *args, **kwargs)
-
-        def _get_train_sampler(self, dataset=None):
-            trl_sampler = super()._get_train_sampler(dataset)  # TRL's arguments, our epoch handling
-            self._epoch_sampler = epoch_repeat_sampler_class()(
-                data_source=trl_sampler.data_source, mini_repeat_count=trl_sampler.mini_repeat_count,
-                batch_size=trl_sampler.batch_size, repeat_count=trl_sampler.repeat_count,
-                shuffle=trl_sampler.shuffle, seed=trl_sampler.seed,
-            )  # fmt: skip
-            return self._epoch_sampler
-
-        def _generate_and_score_completions(self, inputs):
-            # Called once per generation batch, inside the step that uses it: global_step is the
-            # number of finished steps (restored on resume), so steps 1..few_shot_steps get examples.
-            if self.model.training:
-                from accelerate.utils import gather_object
-
-                self._questions.extend(gather_object([str(x.get("id", "")) for x in inputs]))  # every process calls it
-            if self.model.training and self.state.global_step < self.few_shot_steps:
-                inputs = [{**x, "prompt": [{"role": "system", "content": self.few_shot_system}, *x["prompt"][1:]]} for x in inputs]
-            if self._turns is not None:
-                self._turns.reset()  # new weights since the last batch: no cache survives it
-            if self.shared_prefix:
-                self._prefix_ids = []  # TRL's reference pass runs inside: not the previous batch's prefix
-            try:
-                batch = super()._generate_and_score_completions(inputs)
-            finally:
-                if self._turns is not None:
-                    self._turns.reset()  # free the batch's caches before the log-prob passes
-            if self.shared_prefix:
-                self._prefix_ids = shared_prompt_prefix(batch["prompt_ids"], batch["prompt_mask"])
-            return batch
-
-        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                               compute_entropy=False, compute_aux_loss=False, **multimodal):  # fmt: skip
-            # TRL runs each micro-batch padded to its generation batch's longest prompt and longest completion, and
-            # every rollout's system prompt again, forward and backward. Here each rollout runs without its padding,
-            # after its step's shared prompt prefix encoded once (`sqlenv.train.shared_prefix`). Same log-probs
-            # and gradients; a test trains a step both ways.
-            if not self.shared_prefix or compute_aux_loss or any(v is not None for v in multimodal.values()):
-                return super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                    compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal,
-                )  # fmt: skip
-            import torch
-
-            if torch.is_grad_enabled():  # the loss's pass: the step's prefix, backpropagated once in training_step
-                if self._step_prefix is None and len(self._prefix_ids) >= SharedPrefix.MIN_LENGTH:
-                    with self.accelerator.autocast():  # as TRL runs the model in this pass
-                        self._step_prefix = SharedPrefix.encode(model, self._prefix_ids)
-                prefix = self._step_prefix
-            else:  # a reference or old-policy pass: this call's own prefix, no gradient
-                ids = self._prefix_ids or shared_prompt_prefix(input_ids[:, : input_ids.size(1) - logits_to_keep],
-                                                               attention_mask[:, : input_ids.size(1) - logits_to_keep])
-                with self.accelerator.autocast():
-                    prefix = SharedPrefix.encode(model, ids) if len(ids) >= SharedPrefix.MIN_LENGTH else None
-            rows = [
-                rollout_log_probs(model, ids, mask, logits_to_keep, prefix, self.accelerator.autocast)
-                for ids, mask in zip(input_ids, attention_mask, strict=True)
-            ]
-            logps, entropies = stack_rows(rows, logits_to_keep, input_ids.device)
-            return logps, (entropies if compute_entropy else None), None
-
-        def training_step(self, model, inputs, num_items_in_batch):
-            loss = super().training_step(model, inputs, num_items_in_batch)
-            # The step's last micro-batch (the Trainer clips and steps right after): the shared prefix's gradient,
-            # which every micro-batch's backward left in its leaves, goes into the adapters now, once.
-            if self.accelerator.sync_gradients and self._step_prefix is not None:
-                prefix, self._step_prefix = self._step_prefix, None
-                prefix.finish()
-            return loss
-
-        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-            # TRL's regular (transformers) path re-encodes each rollout's whole context every turn; this one
-            # prefills only what is new since the rollout's last turn (`sqlenv.decode.ExtendingContexts`).
-            # Same inputs, same outputs (completion ids, stop token kept, at most max_completion_length new
-            # tokens; no logprobs, as TRL's path) — a test compares both under greedy-equivalent sampling.
-            if self._turns is None or images is not None or multimodal_fields or has_tool_images:
-                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-            import torch
-            from trl.models.utils import unwrap_model_for_generation
-
-            from sqlenv.prompt_lookup import packed_attention
-
-            with (
-                unwrap_model_for_generation(
-                    self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                    generation_kwargs=self.generation_kwargs,
-                    gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-                ) as model,
-                torch.no_grad(),
-                packed_attention(model) if self._turns.decoder.draft_tokens else contextlib.nullcontext(),
-            ):  # fmt: skip
-                self._turns.decoder.model = model
-                return self._turns.generate(prompt_ids, self.max_completion_length), None
-
-        def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
-            # A training log entry carries the distinct question ids of its steps ("questions", space-separated),
-            # so the curve (from `state.log_history`, restored on resume) says which questions each step saw.
-            if self._questions and "loss" in logs:
-                logs = {**logs, "questions": " ".join(dict.fromkeys(self._questions))}
-                self._questions = []
-            super().log(logs, start_time)
-
-    return SQLAgentGRPOTrainer
-
-
-ROLLOUT_DECODERS = ("cached", "trl")
-
-
-# ------------------------------------------------------------------------------------- log-prob passes
-def shared_prompt_prefix(prompt_ids: Any, prompt_mask: Any) -> list[int]:
-    """The token ids every prompt of a (left-padded) batch opens with, ending before the last token of the
-    shortest prompt: that token's hidden state predicts the rollout's first completion token, so it belongs
-    to each rollout's own pass (`shared_prefix.usable_length`)."""
-    prompts_ = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask, strict=True)]
-    if not prompts_:
-        return []
-    length = usable_length(common_prefix_length(prompts_), min(len(p) for p in prompts_))
-    return prompts_[0][:length]
-
-
-def rollout_log_probs(model: Any, ids: Any, mask: Any, logits_to_keep: int, prefix: SharedPrefix | None,
-                      autocast: Callable[[], Any]) -> tuple[Any, Any] | None:  # fmt: skip
-    """Log-probs and entropies of one rollout's completion tokens, as TRL's `_get_per_token_logps_and_entropies`
-    computes them for its row: `ids` = prompt (left-padded) + completion (right-padded), `mask` their attention
-    mask, the last `logits_to_keep` positions the completion. Only the real tokens are run, after `prefix` when
-    the rollout opens with it; positions past the completion's last real token get 0 (the loss masks them).
-    None for a completion without a real token (`mask_truncated_completions` zeroes a truncated one): there is
-    nothing to score, and nothing is run."""
-    import torch
-
-    real = mask.nonzero().flatten()
-    start, end = int(real[0]), int(real[-1]) + 1
-    if end - start != real.numel():
-        raise ValueError("a rollout's attention mask has a gap: not left-padded prompt + right-padded completion")
-    prompt_width = ids.numel() - logits_to_keep
-    n = end - prompt_width  # real completion tokens
-    if n <= 0:
-        return None
-    seq = ids[start:end]
-    labels = seq.clone()
-    labels[: prompt_width - start] = -100  # score the completion only, as TRL's labels do
-    use = prefix is not None and prefix.length <= prompt_width - start - 1 and prefix.starts(seq.tolist())
-    skip = prefix.length if use else 0
-    with autocast():
-        out = model(input_ids=seq[skip:][None], labels=labels[skip:][None], fused_lm_head=True,
-                    **({"cache": prefix.cache()} if use else {}))  # fmt: skip
-    pad = logits_to_keep - n
-    logps, entropy = out.log_probs[0, -n:], out.entropy[0, -n:]
-    return torch.cat([logps, logps.new_zeros(pad)]), torch.cat([entropy, entropy.new_zeros(pad)])
-
-
-def stack_rows(rows: Sequence[tuple[Any, Any] | None], logits_to_keep: int, device: Any) -> tuple[Any, Any]:
-    """`rollout_log_probs` rows as TRL's [rows, logits_to_keep] log-probs and entropies. A row that ran nothing
-    is zeros; if no row ran, the log-probs are a zero leaf that requires grad (under grad mode), so the
-    micro-batch's loss still backpropagates — a zero gradient, as TRL's fully masked row gives."""
-    import torch
-
-    ran = [r for r in rows if r is not None]
-    dtype = ran[0][0].dtype if ran else torch.float32
-    zeros = torch.zeros(logits_to_keep, dtype=dtype, device=device)
-    logps = torch.stack([zeros if r is None else r[0] for r in rows])
-    entropies = torch.stack([zeros if r is None else r[1] for r in rows])
-    if not ran and torch.is_grad_enabled():
-        logps.requires_grad_()
-    return logps, entropies
-
-
-def cached_decoding_applies(trainer: Any) -> bool:
-    """Whether `grpo.rollout_decoder: cached` can stand in for TRL's transformers generation: a text model
-    generated by the trainer itself (not vLLM, not continuous batching), plain DDP or one process (no
-    DeepSpeed/FSDP parameter gathering), and sampling our decoder reproduces (temperature, top-k, top-p;
-    no min-p, repetition penalty or extra generation kwargs)."""
-    from accelerate.utils import DistributedType
-
-    args = trainer.args
-    return (
-        not trainer.use_vllm
-        and not getattr(trainer, "use_transformers_continuous_batching", False)
-        and not getattr(trainer, "_is_vlm", False)
-        and trainer.accelerator.distributed_type in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
-        and trainer.min_p is None
-        and trainer.repetition_penalty == 1.0
-        and args.generation_kwargs is None
-    )
+def reward_funcs(policy: GRPOPolicy, env_config: EnvConfig) -> list[Callable[..., list[float]]]:
+    """The reward functions of a phase: the components (weight 0), and the env's total where TRL does not add it."""
+    funcs = component_reward_funcs()
+    return funcs + [env_reward_func(agent_env_class(env_config))] if policy.rollout_decoder == "sqlenv" else funcs
 
 
 VLLM_MODES = ("none", "colocate", "server")  # not "off": DVC rewrites params.yaml as YAML 1.2, and 1.1 reads off as False
@@ -563,9 +308,24 @@ def vllm_arguments(use_vllm: str) -> dict[str, Any]:
     return {"use_vllm": False} if use_vllm == "none" else {"use_vllm": True, "vllm_mode": use_vllm}
 
 
-def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str], template_kwargs: Mapping[str, Any] | None = None):
+def phase_policy(settings: PhaseSettings) -> GRPOPolicy:
+    """The device policy's choices for this phase on this machine (`sqlenv.devices`)."""
+    import torch
+
+    return grpo_policy(cuda=torch.cuda.is_available(), processes=world_size(), use_vllm=settings.use_vllm,
+                       dtype=settings.dtype, rollout_decoder=settings.rollout_decoder,
+                       shared_prefix=settings.shared_prefix)  # fmt: skip
+
+
+def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str], template_kwargs: Mapping[str, Any] | None = None,
+                policy: GRPOPolicy | None = None):  # fmt: skip
     """The GRPOConfig of a phase (checkpoints to `checkpoint_dir`, no reporting: pipeline/ logs)."""
     from trl import GRPOConfig
+
+    policy = policy or phase_policy(settings)
+    cuda = policy.device not in ("cpu", "cpu-ddp")
+    # the env's total has weight 1: TRL appends get_reward in its own loop, `reward_funcs` appends it with sqlenv's
+    weights = [0.0] * len(COMPONENTS) + ([1.0] if policy.rollout_decoder == "sqlenv" else [])
 
     plan = plan_batches(settings.batch_size, settings.gradient_accumulation_steps, settings.num_generations, world_size())
     config = GRPOConfig(
@@ -590,14 +350,14 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
         max_tool_calling_iterations=settings.env.step_budget,
         **vllm_arguments(settings.use_vllm),
         mask_truncated_completions=settings.mask_truncated_completions,
-        reward_weights=[0.0] * len(COMPONENTS),  # the env's get_reward (weight 1) is appended by TRL
+        reward_weights=weights,
         model_init_kwargs={"dtype": settings.dtype},
         chat_template_kwargs=dict(template_kwargs or {}),
         # The weights are loaded in `dtype` (bf16: ~1.6x faster than fp32 on CPU). On a GPU, bf16 autocast as
         # every GPU recipe (and DeepSpeed's bf16 config, `configs/accelerate/deepspeed_zero2.yaml`) expects. On
         # a CPU the trainer autocasts the loss's forward pass only (`loss_autocast`, see build_trainer).
-        bf16=settings.dtype == "bfloat16" and _cuda(),
-        use_cpu=not _cuda(),  # also what makes several CPU processes join as one (accelerate's MULTI_CPU, gloo)
+        bf16=policy.mixed_precision_bf16,
+        use_cpu=not cuda,  # also what makes several CPU processes join as one (accelerate's MULTI_CPU, gloo)
         # In bf16 (micro-batch 1, loss autocast) phase 2 peaked at 6.0 GiB without; float32 needs it (`train.checkpointing`).
         activation_checkpointing=activation_checkpointing(settings.activation_checkpointing, settings.dtype),
         disable_dropout=True,
@@ -612,12 +372,6 @@ def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str],
     )
     assert config.steps_per_generation == plan.steps_per_generation, "TRL derived another generation schedule"
     return config
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def template_kwargs(model_path: str | os.PathLike[str], enable_thinking: bool) -> dict[str, Any]:
@@ -642,8 +396,12 @@ def build_trainer(
     db_dir: str | os.PathLike[str],
     checkpoint_dir: str | os.PathLike[str],
     callbacks: Sequence[Any] = (),
+    policy: GRPOPolicy | None = None,
 ):
-    """The phase's GRPOTrainer over the real environment (model loaded from `model_path` in `settings.dtype`)."""
+    """The phase's GRPOTrainer over the real environment (model loaded from `model_path` in `settings.dtype`).
+
+    `policy` (default: this machine's, `phase_policy`) says who plays the rollouts (`EpisodeRollouts` through
+    TRL's `rollout_func`, or TRL's `environment_factory` loop), which log-prob passes run, and the precision."""
     from datasets import Dataset
     from peft import LoraConfig
 
@@ -665,35 +423,42 @@ def build_trainer(
             r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
             target_modules="all-linear", task_type="CAUSAL_LM",
         )  # fmt: skip
-    config = grpo_config(settings, checkpoint_dir, template_kwargs(model_path, settings.enable_thinking))
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is "experimental" in 1.16
+    policy = policy or phase_policy(settings)
+    config = grpo_config(settings, checkpoint_dir, template_kwargs(model_path, settings.enable_thinking), policy)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func and environment_factory are "experimental" in 1.16
     # GRPOTrainer wraps the model in LoRA before transformers' Trainer seeds: seed first, so the adapters
     # start the same whatever the process did before.
     from transformers import set_seed
 
     from sqlenv.train.adapters import skip_casts_under_autocast
+    from sqlenv.train.grpo_trainer import SQLAgentGRPOTrainer
     from sqlenv.train.heap import trim_callback
+    from sqlenv.train.rollouts import EpisodeRollouts
 
+    if policy.rollout_decoder == "sqlenv":
+        rollouts = {"rollout_func": EpisodeRollouts(db_dir=db_dir, env_config=settings.env, draft_tokens=settings.draft_tokens)}
+    else:
+        rollouts = {"environment_factory": functools.partial(agent_env_class(settings.env), db_dir=str(db_dir), config=settings.env)}
     set_seed(settings.seed)
-    trainer = _trainer_class()(
+    trainer = SQLAgentGRPOTrainer(
         model=str(model_path),
-        reward_funcs=component_reward_funcs(),
+        reward_funcs=reward_funcs(policy, settings.env),
         args=config,
         train_dataset=Dataset.from_list(dataset_rows(questions, settings.env.system_prompt)),
         peft_config=peft_config,
-        environment_factory=functools.partial(agent_env_class(settings.env), db_dir=str(db_dir), config=settings.env),
-        callbacks=[trim_callback(), *callbacks],  # the heap freed after each step goes back to the OS
+        **rollouts,
+        # the heap freed after each step goes back to the OS (glibc, on a CPU)
+        callbacks=[trim_callback(), *callbacks] if policy.heap_trim else list(callbacks),
         few_shot_system=few_shot_system,
         few_shot_steps=settings.few_shot_steps,
-        rollout_decoder=settings.rollout_decoder,
-        draft_tokens=settings.draft_tokens,
-        shared_prefix=settings.shared_prefix,
+        shared_prefix=policy.shared_prefix,
         # bf16 on a CPU: the loss's forward pass under bf16 autocast, where peft's cast of each LoRA input
         # to the fp32 adapters is redundant and skipped (`sqlenv.train.adapters`). One default-shape step
         # (8 rollouts of the SFT model, the same ones both ways, 2-core AMD EPYC): peak 7.6 -> 4.9 GB, loss
         # forward + backward 128 vs 131 s (within this machine's run-to-run noise). Not around generation:
         # there autocast costs ~12 % a decode step (casts of every adapter, every call).
-        loss_autocast=settings.dtype == "bfloat16" and not _cuda(),
+        loss_autocast=policy.loss_autocast,
     )
-    skip_casts_under_autocast(trainer.model)
+    if policy.loss_autocast:
+        skip_casts_under_autocast(trainer.model)
     return trainer

@@ -1,0 +1,167 @@
+"""GRPO's rollouts through the one episode loop (`EpisodeRollouts`, TRL's public `rollout_func`) against TRL's own
+`environment_factory` tool loop: the same scripted turns must give the same training batch.
+
+Both trainers are the stage's (`build_trainer`), one per `grpo.rollout_decoder`; the model's sampling is replaced
+by the same script on both sides (a replaying `TurnGenerator` on ours; TRL's turn generation on TRL's, which this
+test may name). Compared: completion ids, completion mask, TRL's tool mask (ours: `env_mask`), each reward
+component, the environment's reward, the advantages and the verdicts. The scripts hold calls, a call with
+arguments the tool rejects, a malformed call, a turn without a call, calls after `answer`, a turn cut off by
+the token budget and a rollout that runs into the turn budget (TRL then generates one more turn, unplayed).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from fixtures_env import Q_COUNT, concert_db_dir  # noqa: F401  (fixture)
+from scripted_turns import replaying
+
+from sqlenv.data.oracle import oracle_calls
+from sqlenv.devices import grpo_policy
+from sqlenv.env.environment import SQLEnv
+from sqlenv.env.rewards import COMPONENTS
+from sqlenv.train.grpo import ENV_REWARD_NAMES, build_trainer, dataset_rows, phase_sections, phase_settings
+from sqlenv.types import Question
+
+from test_grpo import repo_params
+
+QUESTIONS = [
+    Question(id=f"count_{i}", db_id="concert", question=text, gold_sql="SELECT count(*) FROM singer", tables=("singer",))
+    for i, text in enumerate(["How many singers are there?", "Count the singers.", "What is the number of singers?"])
+]  # fmt: skip
+MAX_COMPLETION = 420
+STEP_BUDGET = 3
+
+
+def call(name: str, arguments, lead: str = "") -> str:
+    return lead + '<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call><|im_end|>' % (name, json.dumps(arguments))
+
+
+def scripts(gold) -> list[list[str]]:
+    """One script per rollout (two per question); each first turn differs, so TRL's contexts say whose they are."""
+    reply = "The answer is given.<|im_end|>"
+    return [
+        [call("describe", {"table_name": "singer"}, "A"), call("query", {"sql": "SELECT count(*) FROM singer"}),
+         call("answer", gold), reply],  # fmt: skip
+        [call("query", {"statement": "SELECT 1"}, "B"),  # arguments the tool rejects
+         'Next.<tool_call>\n{"name": "answer", "arguments": {"value": "3"\n</tool_call><|im_end|>'],  # malformed: ends
+        ["C I do not know.<|im_end|>"],  # no call
+        [call("answer", gold, "D"), call("describe", {"table_name": "singer"}), reply],  # a call after answer
+        [call("describe", {"table_name": "singer"}, "E"), "E " + "counting " * 600 + "<|im_end|>"],  # cut off
+        [call("describe", {"table_name": "singer"}, f"F{i}") for i in range(6)],  # past the turn budget
+    ]
+
+
+def trl_turns(tokenizer, script, prompt_count):
+    """TRL's turn generation replaced by the scripts: its first call is every rollout in order; a later call
+    holds the contexts of the rollouts still calling tools, each found by the tokens its first turn added."""
+    first: dict[int, list[int]] = {}
+    turn: dict[int, int] = {}
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        out = []
+        for j, context in enumerate(prompt_ids):
+            if len(prompt_ids) == prompt_count and not first.get(j):
+                i = j
+            else:
+                i = max((k for k, head in first.items() if context[: len(head)] == head), key=lambda k: len(first[k]))
+            k = turn.get(i, 0)
+            turn[i] = k + 1
+            ids = tokenizer(script[i][min(k, len(script[i]) - 1)], add_special_tokens=False)["input_ids"]
+            if k == 0:
+                first[i] = list(context) + ids
+            out.append(ids)
+        return out, None
+
+    return generate
+
+
+def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True):
+    from transformers import AutoTokenizer
+
+    from sqlenv.train.tiny_model import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny", dtype="float32")
+    questions = tmp_path / "train.jsonl"
+    questions.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in QUESTIONS))
+    p = repo_params()
+    p["model"]["dtype"] = "float32"
+    p["env"]["step_budget"] = STEP_BUDGET
+    p["grpo"].update(batch_size=6, gradient_accumulation_steps=1, lora_r=4, lora_alpha=8, rollout_decoder=decoder)
+    p["grpo_phase1"].update(beta=0.0, max_steps=1, num_generations=2, max_completion_length=MAX_COMPLETION)
+    settings = phase_settings(phase_sections(p, 1), 1)
+    policy = grpo_policy(cuda=False, processes=1, use_vllm="none", dtype="float32", rollout_decoder=decoder, shared_prefix=False)
+    trainer = build_trainer(settings, model_path=tiny, questions_file=questions, db_dir=db_dir,
+                            checkpoint_dir=tmp_path / "ck", policy=policy)  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    gold = oracle_calls(Q_COUNT, SQLEnv(db_dir).sandbox_for("concert"))[-1][1]
+    script = scripts(gold)
+    if not scripted:  # the model samples; top_k=1 makes it the argmax, comparable token for token
+        torch.manual_seed(0)  # a random tiny model's argmax is one token everywhere: make it depend on the context
+        for name, weight in trainer.model.get_base_model().named_parameters():
+            if "norm" not in name:
+                weight.data.normal_(0, 0.3)
+        trainer.top_k = trainer.generation_config.top_k = 1
+    elif decoder == "sqlenv":
+        assert trainer.rollout_func is not None
+        trainer.rollout_func.make_generator = replaying(tokenizer, lambda key, k, ctx: script[key][min(k, len(script[key]) - 1)])
+    else:
+        assert trainer.rollout_func is None
+        trainer._generate_single_turn = trl_turns(tokenizer, script, len(script))
+    rows = [dict(row) for row in dataset_rows(QUESTIONS, settings.env.system_prompt) for _ in range(2)]  # as a loader yields
+    trainer.model.train()  # as inside trainer.train()
+    batch = trainer._generate_and_score_completions(rows)
+    logs = trainer._logs
+    return {
+        "batch": batch,
+        "rewards": {k: list(v) for k, v in logs["rewards"].items()},
+        "advantages": list(logs["advantages"]),
+        "verdict": list(logs["extra"]["verdict"]),
+        "pad": tokenizer.pad_token_id,
+    }
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory, concert_db_dir):  # noqa: F811
+    return {d: scripted_batch(d, tmp_path_factory.mktemp(d), concert_db_dir) for d in ("sqlenv", "trl")}
+
+
+def test_rollout_func_gives_trls_tool_loop_batch(both):
+    ours, trl = both["sqlenv"]["batch"], both["trl"]["batch"]
+    rows = ours["completion_ids"].size(0)
+    assert rows == trl["completion_ids"].size(0) == 6
+    for i in range(rows):
+        n = int(trl["completion_mask"][i].sum())
+        assert int(ours["completion_mask"][i].sum()) == n
+        assert ours["completion_ids"][i, :n].tolist() == trl["completion_ids"][i, :n].tolist(), f"rollout {i}"
+        assert ours["tool_mask"][i, :n].tolist() == trl["tool_mask"][i, :n].tolist(), f"rollout {i}: env mask"
+        assert ours["prompt_ids"][i][ours["prompt_mask"][i].bool()].tolist() == trl["prompt_ids"][i][trl["prompt_mask"][i].bool()].tolist()
+    # the scripts reach what they are meant to: tool results masked, a cut-off turn, the turn after the budget
+    masks = [trl["tool_mask"][i, : int(trl["completion_mask"][i].sum())].tolist() for i in range(rows)]
+    assert all(0 in m for i, m in enumerate(masks) if i != 2) and 0 not in masks[2]
+    assert int(trl["completion_mask"][4].sum()) == MAX_COMPLETION
+    assert masks[5][-1] == 1 and sum(1 for a, b in zip(masks[5], masks[5][1:]) if a == 0 and b == 1) == STEP_BUDGET
+
+
+def test_rollout_func_gives_trls_rewards_and_verdicts(both):
+    ours, trl = both["sqlenv"], both["trl"]
+    for name in (*COMPONENTS, ENV_REWARD_NAMES[0]):
+        assert ours["rewards"][name] == pytest.approx(trl["rewards"][name], abs=1e-9), name
+    assert ours["advantages"] == pytest.approx(trl["advantages"], abs=1e-6)
+    assert ours["verdict"] == trl["verdict"] == ["correct", "unanswered", "unanswered", "correct", "unanswered", "unanswered"]
+    assert len(set(trl["rewards"][ENV_REWARD_NAMES[0]])) > 3  # the scripts earn different rewards
+
+
+def test_cached_decoder_with_drafting_gives_trls_generated_tokens(tmp_path, concert_db_dir):  # noqa: F811
+    """The model's own turns, decoded by the episode loop's cached decoder with drafting (params: 8 guessed
+    tokens a step, kept by speculative sampling) and by TRL's transformers generation, under sampling that
+    picks the argmax (top_k=1): the same completion ids."""
+    ours = scripted_batch("sqlenv", tmp_path / "ours", concert_db_dir, scripted=False)["batch"]
+    trl = scripted_batch("trl", tmp_path / "trl", concert_db_dir, scripted=False)["batch"]
+    assert ours["completion_mask"].sum() > 6 * 50  # long turns, not a token each
+    for i in range(6):
+        n = int(trl["completion_mask"][i].sum())
+        assert int(ours["completion_mask"][i].sum()) == n
+        assert ours["completion_ids"][i, :n].tolist() == trl["completion_ids"][i, :n].tolist(), f"rollout {i}"
