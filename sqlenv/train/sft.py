@@ -1,7 +1,7 @@
 """Multi-turn SFT warm-up: TRL's `SFTTrainer` with assistant-only loss on the verified trajectories, LoRA merged.
 
-What is trained on, token for token, is what GRPO shows and generates (a test compares against TRL's own
-`GRPOTrainer._tokenize_prompts` / `_get_tool_suffix_ids`):
+What is trained on, token for token, is what GRPO shows and generates (a test compares against how TRL's own
+GRPOTrainer tokenizes the prompt and each tool result):
 - The dataset stays *conversational*: `messages` (arguments decoded to objects by
   `prompts.messages_for_template`) and `tools` (the JSON schemas as a string; SFTTrainer decodes it).
   `messages` is stored as `List(Json())`: plain Arrow would unify the per-tool argument structs into one
