@@ -30,6 +30,7 @@ Parts:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             rows[f"{processes}proc_{vllm}"] = p.__dict__
         return {"rows": rows}
 
-    def fixtures():
+    @functools.cache
+    def fixtures():  # the tiny model and the fixture database, built once
         from fixtures_env import QUESTIONS, make_concert_db
 
         from sqlenv.train.tiny_model import build_tiny_model
