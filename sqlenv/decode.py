@@ -429,11 +429,6 @@ class ModelGenerator:
         import torch
 
         choose = self.gen.token_chooser()
-        # One-token steps pass the mask as [rows, 1, 1, kv], the boolean mask transformers' SDPA path builds
-        # from it. Given a 2D mask without padding (one row, or rows of equal length) transformers drops it,
-        # and SDPA then takes its grouped-query branch, which on a CPU costs ~10x its packed one: measured per
-        # layer, 1.08 against 0.10 ms for one row over 1,000 tokens, 17 against 1.4 ms for 19 rows over 830.
-        sdpa = getattr(self.model.config, "_attn_implementation", None) in ("sdpa", PACKED_SDPA)
         completions: list[list[int]] = [[] for _ in keys]
         running = [budget > 0 for budget in budgets]
         rows = list(range(len(keys)))  # batch row -> index into keys
@@ -446,8 +441,6 @@ class ModelGenerator:
             if drafting:  # each step token sees the real cached tokens and the real step tokens up to itself
                 attention = mask.bool()[:, None, None, :].repeat(1, 1, width, 1)
                 attention[..., -width:] &= torch.ones(width, width, dtype=torch.bool, device=mask.device).tril()
-            elif sdpa and width == 1:
-                attention = mask[:, None, None, :].bool()
             else:
                 attention = mask
             logits = self.model(

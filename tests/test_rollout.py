@@ -898,29 +898,6 @@ def test_greedy_choice_is_argmax_on_tied_bf16_logits():
     assert torch.equal(choose(logits), logits.argmax(dim=-1))
 
 
-def test_one_token_steps_never_take_sdpas_grouped_query_branch(chaotic_model, tokenizer, concert_db_dir, monkeypatch):
-    """One row (no padding): transformers drops an all-ones 2D mask, and SDPA's grouped-query branch
-    (`enable_gqa`, no mask) is ~10x slower per one-token step on a CPU than the packed one a mask selects.
-    The decode loop's one-token steps must carry a mask; the tokens stay generate's (test above)."""
-    import torch.nn.functional as F
-
-    assert chaotic_model.config.num_key_value_heads < chaotic_model.config.num_attention_heads  # GQA, as Qwen2.5
-    assert chaotic_model.config._attn_implementation == "sdpa"
-    real, calls = F.scaled_dot_product_attention, []
-
-    def spy(query, key, value, attn_mask=None, **kwargs):
-        calls.append((query.shape[2], attn_mask is None, bool(kwargs.get("enable_gqa"))))
-        return real(query, key, value, attn_mask=attn_mask, **kwargs)
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
-    ctx = _prompt_contexts(tokenizer, concert_db_dir)[0]
-    with torch.no_grad():
-        ModelGenerator(chaotic_model, GenerationSettings(), [-1], tokenizer.pad_token_id).generate([0], [ctx], [6])
-    layers = chaotic_model.config.num_hidden_layers
-    assert len(calls) == 7 * layers  # the context but its last token, then one forward per token decoded
-    assert not [c for c in calls if c[0] == 1 and c[1] and c[2]]  # no maskless grouped-query one-token step
-
-
 def test_prefills_run_no_lm_head(chaotic_model, tokenizer, concert_db_dir):  # noqa: F811
     """Encoding the shared prefix and prefilling what turns add only extend caches: they run the transformer
     alone, never the 151,936-row LM head (asked for the last position's logits, a several-row LoRA model's head
