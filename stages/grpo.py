@@ -14,6 +14,7 @@ model fingerprint), else starts fresh and says why; they are removed once the ou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -93,7 +94,8 @@ def main(phase: int) -> None:
         )  # fmt: skip
         logger.attach(trainer)
         t0 = time.monotonic()
-        with compact_lm_head():
+        # the LM head on labelled positions only where the device policy says so (a CPU; elsewhere TRL decides)
+        with compact_lm_head() if policy.compact_lm_head else contextlib.nullcontext():
             trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
         train_s = time.monotonic() - t0
         if not main_process:
