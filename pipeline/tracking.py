@@ -10,7 +10,9 @@ artifact location, so the server's own (proxied `mlflow-artifacts:`) root takes 
 nothing is written to a local path (`make test` checks this against a real `mlflow server`).
 
 The experiment carries `mlflow.experimentKind` = `custom_model_development`, so the MLflow UI opens it in
-its model-training view. A stage stopped by Ctrl-C or SIGTERM ends its run KILLED (and exits 130 / 143).
+its model-training view. A stage stopped by SIGINT (Ctrl-C; `dvc queue kill` sends it to the experiment's
+process group; `--force` sends SIGKILL, which nothing can catch) or SIGTERM (a shutdown) ends its run KILLED and
+exits 130 / 143, also when its parent had the signal ignored (a job started in the background).
 
 Tags on every run: `stage`, `git_commit` (+ `git_dirty`), `dvc_exp_name`,
 `dvc_exp_baseline_rev`, `params_hash` (of exactly the params the stage read), `env_schema` and
@@ -147,24 +149,34 @@ def run_tags(stage: str, params: dict[str, Any]) -> dict[str, str]:
 
 class Terminated(SystemExit):
     """SIGTERM raised as an exception (exit status 128 + 15), so a stopped stage unwinds: its `finally` blocks
-    run and its MLflow run ends KILLED instead of staying RUNNING forever (`dvc queue kill`, a shutdown)."""
+    run and its MLflow run ends KILLED instead of staying RUNNING forever (a shutdown, `kill`)."""
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated(128 + signum)
 
 
+# SIGINT raises KeyboardInterrupt (Python's own handler: uncaught, Python then ends itself by SIGINT, 130 in a
+# shell) and SIGTERM raises `Terminated`.
+_STOP_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _raise_terminated}
+
+
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """Within the block, SIGTERM raises `Terminated` (main thread only: Python runs handlers there)."""
+def _stop_signals_raise() -> Iterator[None]:
+    """Within the block, SIGINT raises KeyboardInterrupt and SIGTERM raises `Terminated` (main thread only:
+    Python runs handlers there), whatever the process inherited. Both are installed explicitly: a process whose
+    parent ignored SIGINT — any job started in the background (`nohup … &`; a non-interactive shell's `&` sets
+    SIGINT to SIG_IGN), a worker started from one — inherits it ignored, and Python then leaves it ignored, so
+    Ctrl-C and `dvc queue kill` (SIGINT to the experiment's process group) would not stop the stage."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {signum: signal.signal(signum, handler) for signum, handler in _STOP_HANDLERS.items()}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _end_killed(run_id: str) -> None:
@@ -179,7 +191,7 @@ def _end_killed(run_id: str) -> None:
 @contextlib.contextmanager
 def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -> Iterator[Any]:
     """Open the stage's MLflow run, log its params and tags; end it FAILED on error and KILLED when the stage is
-    stopped (Ctrl-C, SIGTERM).
+    stopped (SIGINT: Ctrl-C, `dvc queue kill`; SIGTERM), also when the parent had those signals ignored.
 
     `params` is the nested dict of exactly the sections the stage read. The run id is also
     exported as MLFLOW_RUN_ID so a Hugging Face trainer's MLflow callback logs into it.
@@ -189,7 +201,7 @@ def stage_run(stage: str, params: dict[str, Any], run_name: str | None = None) -
     machine.set_runtime()
     tags = {**run_tags(stage, params), **machine.facts()}
     parent = _parent_run_id(experiment_id)
-    with _sigterm_raises(), mlflow.start_run(
+    with _stop_signals_raise(), mlflow.start_run(
         experiment_id=experiment_id, run_name=run_name or stage, tags=tags, parent_run_id=parent
     ) as run:
         mlflow.log_params(flatten(params))
