@@ -10,7 +10,7 @@ import pytest
 from import_graph import ROOT, imported_names, package_of
 
 PACKAGE = ROOT / "sqlenv"
-FOUNDATION = {"types", "files", "provenance", "chat_templates", "prompt_lookup", "decode", "episodes", "devices"}
+FOUNDATION = {"types", "files", "provenance", "chat_templates", "prompt_lookup", "decode", "episodes", "devices", "failures"}
 # What each part of sqlenv/ may import (besides itself and the standard/third-party libraries), bottom up.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "decode": {"prompt_lookup"},
     "env": {"types"},
     "episodes": {"types", "decode", "prompt_lookup", "env"},
+    "failures": {"types", "env"},
     "data": {"types", "files", "env"},
     "models": {"types", "files", "provenance", "chat_templates"},
     "train": FOUNDATION | {"env", "data"},

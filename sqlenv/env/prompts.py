@@ -142,6 +142,11 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def render_cell(value: Any) -> str:
+    """One cell as a query result shows it to the model (and as the model must copy it into `answer`)."""
+    return _cell(value)
+
+
 def _row_cells(row: Sequence[Any]) -> list[str]:
     # Inlined fast path for the types nearly every cell has (text, integers, NULL, short floats);
     # everything else (text with line breaks, long floats, blobs) goes through `_cell`. Rendering
