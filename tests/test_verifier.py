@@ -142,7 +142,7 @@ def test_rejections_say_why(answer, gold, ordered, fragment):
 
 
 def test_version_is_recorded():
-    assert VERIFIER_VERSION == "1.0"
+    assert VERIFIER_VERSION == "1.1"
 
 
 # ------------------------------------------------------------------------- format_answer
@@ -315,3 +315,48 @@ def test_similarity_on_ten_thousand_rows():
     gold = [(i, f"name {i}", i * 0.5) for i in range(10_000)]
     assert result_similarity(gold, gold) == 1.0
     assert 0.9 < result_similarity(gold[:9_000], gold) < 1.0
+
+
+# Cells of larger results: the null spellings as text beside real NULLs, empty and blank text, line breaks inside
+# text, numbers written as text, and ordinary names that sort on both sides of "null"/"none".
+_LARGE_PIECES = ["", " ", "Null", "None", "null", "NULL", "none", "Ocana", "Aachen", "Zurich", "nora", "o", "a\nb",
+                 "x\n", "007", "1.50", "0", "-3", "1,234", "a, b", "a|b", "[]", "n/a", "é"]  # fmt: skip
+
+
+@st.composite
+def _large_results(draw):
+    """1 to 3 columns, 1 to 250 rows (the bipartite fallback stops at 60), duplicates likely."""
+    width = draw(st.integers(1, 3))
+    n = draw(st.integers(1, 250))
+    rng = draw(st.randoms(use_true_random=False))
+    pool = [None, *_LARGE_PIECES, *(rng.randint(-5, 300) for _ in range(5)), 2.5, 1 / 3,
+            *(f"City {rng.randint(0, 999):03d}" for _ in range(n))]  # fmt: skip
+    distinct = [tuple(rng.choice(pool) for _ in range(width)) for _ in range(max(1, n // rng.choice([1, 1, 2, 5])))]
+    return [rng.choice(distinct) for _ in range(n)], width
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_large_results(), st.booleans())
+def test_canonical_answer_of_a_large_result_reads_back(result, ordered):
+    """Property: the canonical answer text of a result of any size is judged correct against the same rows, the
+    text 'Null' / 'None' beside real NULLs included (a GROUP BY of 102 cities with 'Null' among them once failed)."""
+    rows, width = result
+    text = format_answer([f"c{i}" for i in range(width)], rows)
+    verdict = verify(text, rows, ordered)
+    assert verdict.correct, (len(rows), text[:300], verdict.reason)
+
+
+def test_null_as_text_in_a_large_group_by():
+    """The shape from the field: 102 cities, two rows each, grouped; one city is called 'Null'."""
+    rows = [(c, 2) for c in ["Null", "Ocana", *(f"City{i:03d}" for i in range(100))]]
+    assert verify(format_answer(["city", "count(*)"], rows), rows, False).correct
+    assert verify(format_answer(["city", "count(*)"], rows), rows[::-1], False).correct
+
+
+def test_a_null_spelled_null_beside_the_text_null_in_a_large_result():
+    """'null' answers both a NULL and the city 'Null'; 'Nora' sorts between the two keys, so only the matching
+    of the rows left after pairing equal ones decides (beyond the 60 rows of the full one-to-one matching)."""
+    gold = [(c,) for c in [None, "Nora", "Null", *(f"City{i:03d}" for i in range(100))]]
+    answer = "\n".join(["null", "Nora", "null", *(f"City{i:03d}" for i in range(100))])
+    assert verify(answer, gold, False).correct
+    assert not verify(answer.replace("Nora", "Nova"), gold, False).correct

@@ -49,7 +49,7 @@ from typing import Any
 
 from sqlenv.types import Verdict, blob_text
 
-VERIFIER_VERSION = "1.0"
+VERIFIER_VERSION = "1.1"
 
 REL_TOL = 1e-6
 ABS_TOL = 1e-9
@@ -97,14 +97,18 @@ class _Cell:
         self.raw = raw  # for messages
 
     def key(self):
-        """Hashable key that equal cells share in the common (exactly equal) case."""
-        if self.null:
-            return ("z",)
+        """Hashable key that equal cells share in the common (exactly equal) case. A NULL keys as the text
+        "none", the spelling `format_answer` gives it; an answer cell spelled "null" or "none" keys as that
+        text, never as NULL: the spelling may as well be the text 'Null' (a city), and the matching decides."""
         if self.exact is not None:
             return ("n", self.exact)
         if self.num is not None:
             return ("n", round_sig(self.num))
         return ("t", self.text)
+
+    def null_key(self):
+        """`key`, except that every cell read as NULL (an answer's "null"/"none" too) keys as NULL."""
+        return ("z",) if self.null else self.key()
 
 
 def round_sig(x: float) -> float:
@@ -234,31 +238,57 @@ _Rows = list  # list[list[_Cell]]
 
 def _multiset_match(answer: _Rows, gold: _Rows) -> tuple[bool, str]:
     """Unordered comparison of equally long row lists, tolerant cells, duplicates counted."""
-    if Counter(tuple(c.key() for c in r) for r in answer) == Counter(tuple(c.key() for c in r) for r in gold):
+    a_keys = [tuple(c.key() for c in r) for r in answer]
+    g_keys = [tuple(c.key() for c in r) for r in gold]
+    if Counter(a_keys) == Counter(g_keys):
         return True, ""
+    if Counter(tuple(c.null_key() for c in r) for r in answer) == Counter(tuple(c.null_key() for c in r) for r in gold):
+        return True, ""  # "null" answering every NULL
     # Tolerant path: pair rows after sorting by key (near-equal numbers sort next to each
-    # other), then, for small results, look for any one-to-one matching of the rows.
+    # other), then look for any one-to-one matching of the rows: of all of them when the result
+    # is small, else of the rows left once rows with equal keys are paired off (equal keys match
+    # cell by cell), so an ambiguous spelling ("None": a NULL or the text) never rests on where
+    # sorting put it, whatever the size.
     first_bad = _sorted_pairing_mismatch(answer, gold)
     if first_bad is None:
         return True, ""
+    if len(gold) > _MAX_BIPARTITE_ROWS:
+        answer, gold = _unpaired(answer, a_keys, g_keys), _unpaired(gold, g_keys, a_keys)
     if len(gold) > _MAX_BIPARTITE_ROWS or not _bipartite_match(answer, gold):
         return False, f"value mismatch: got {_show(first_bad[0])}, expected {_show(first_bad[1])}"
     return True, ""
 
 
-def _sorted_pairing_mismatch(answer: _Rows, gold: _Rows) -> tuple[_Cell, _Cell] | None:
-    def sort_key(row):
-        return tuple(c.key() for c in row)
+def _unpaired(rows: _Rows, keys: list, other_keys: list) -> _Rows:
+    """The rows of `rows` left when each is paired off with a row of the other side with the same key."""
+    shared = Counter(keys) & Counter(other_keys)
+    left = []
+    for row, key in zip(rows, keys):
+        if shared[key]:
+            shared[key] -= 1
+        else:
+            left.append(row)
+    return left
 
-    try:
-        a_sorted, g_sorted = sorted(answer, key=sort_key), sorted(gold, key=sort_key)
-    except TypeError:
-        a_sorted, g_sorted = answer, gold
-    for ra, rg in zip(a_sorted, g_sorted):
-        for ca, cg in zip(ra, rg):
-            if not _cells_match(ca, cg):
-                return ca, cg
-    return None
+
+def _sorted_pairing_mismatch(answer: _Rows, gold: _Rows) -> tuple[_Cell, _Cell] | None:
+    """None when the rows pair up after sorting both sides by `key` (or by `null_key`), else the
+    first pair of cells that differ in the `key` order."""
+    first = None
+    for cell_key in (_Cell.key, _Cell.null_key):
+        def sort_key(row):
+            return tuple(cell_key(c) for c in row)
+
+        try:
+            a_sorted, g_sorted = sorted(answer, key=sort_key), sorted(gold, key=sort_key)
+        except TypeError:
+            a_sorted, g_sorted = answer, gold
+        bad = next(((ca, cg) for ra, rg in zip(a_sorted, g_sorted) for ca, cg in zip(ra, rg)
+                    if not _cells_match(ca, cg)), None)  # fmt: skip
+        if bad is None:
+            return None
+        first = first or bad
+    return first
 
 
 def _bipartite_match(answer: _Rows, gold: _Rows) -> bool:
