@@ -161,6 +161,16 @@ class EvaluateParams:
 
 
 @dataclass(frozen=True)
+class TransferParams:
+    spider_dir: str
+    questions_file: str
+    ids: str | None  # None: draw `n` from the folder at run time
+    n: int
+    limit: int
+    single_shot_max_new_tokens: int
+
+
+@dataclass(frozen=True)
 class LaunchParams:
     num_processes: int
     config: str
@@ -180,6 +190,7 @@ class Params:
     grpo_phase1: GRPOPhaseParams
     grpo_phase2: GRPOPhaseParams
     evaluate: EvaluateParams
+    transfer: TransferParams
     launch: LaunchParams
 
     def section(self, name: str) -> Any:

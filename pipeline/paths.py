@@ -12,6 +12,7 @@ DATA = Path("data")
 QUESTIONS = DATA / "questions"
 DATABASES = DATA / "databases"
 SFT_DATA = DATA / "sft"
+TRANSFER = DATA / "transfer"  # the transfer set: questions.jsonl, databases/, manifest.json (stage transfer_data)
 MODELS = Path("models")
 REPORTS = Path("reports")
 CHECKPOINTS = Path("checkpoints")  # crash-safe training state, deliberately outside every DVC out

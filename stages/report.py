@@ -31,6 +31,7 @@ from sqlenv.eval.policies import POLICIES
 from sqlenv.provenance import model_fingerprint
 from sqlenv.report.markdown import machine_description, render_report
 from sqlenv.report.plots import write_plots
+from sqlenv.report.transfer import load_transfer, transfer_metrics, transfer_section
 from sqlenv.report.results import (
     SETS,
     Live,
@@ -46,6 +47,7 @@ from sqlenv.report.results import (
 
 STAGE = "report"
 EVAL_DIR = paths.report_dir("eval")
+TRANSFER_DIR = paths.report_dir("transfer")
 REPORT_MD = paths.REPORTS / "report.md"
 PLOTS_DIR = paths.REPORTS / "plots"
 log = logging.getLogger(STAGE)
@@ -102,10 +104,11 @@ def main() -> None:
             "Environment mode": mode,
         }
         costs = stage_costs(stage_documents(paths.REPORTS))
+        transfer = load_transfer(TRANSFER_DIR)
         with atomic_dir(PLOTS_DIR) as tmp:  # rendered inside: a failure before report.md keeps the old plots too
             drawn = write_plots(inputs, tmp)
             text = render_report(inputs, header, {key: f"plots/{name}" for key, name in drawn.items()}, training,
-                                 costs)  # fmt: skip
+                                 costs, transfer_section(transfer))  # fmt: skip
         atomic_write_text(REPORT_MD, text)
 
         mlflow.log_artifact(str(REPORT_MD))
@@ -114,7 +117,7 @@ def main() -> None:
                             ("comparisons", comparisons_table(inputs.results))):  # fmt: skip
             if not frame.empty:
                 mlflow.log_table(frame, artifact_file=f"tables/{name}.json")
-        metrics = headline_metrics(inputs)
+        metrics = {**headline_metrics(inputs), **transfer_metrics(transfer)}
         if metrics:
             mlflow.log_metrics(metrics)
         mlflow.log_dict({"evaluated": [f"{r.policy}_{r.set}" for r in inputs.results], "curves": sorted(inputs.curves),
