@@ -13,8 +13,13 @@
 `SQLEnvClient` speaks OpenEnv's WebSocket protocol (one server session per client, closed with the client);
 `call(tool, **arguments)` is a `CallToolAction`, `list_tools()` a `ListToolsAction`. `RemoteSQLAgentEnv` has the four
 tools of `sqlenv.env.trl_adapter.SQLAgentEnv` with the same signatures and docstrings, so
-`GRPOTrainer(environment_factory=partial(RemoteSQLAgentEnv, url))` trains on episodes played by the server: its
-dataset rows need only the question's `id` (the server holds questions, databases and gold answers).
+`GRPOTrainer(environment_factory=partial(RemoteSQLAgentEnv, url))` trains on episodes played by the server (it holds
+questions, databases and gold answers). A dataset row needs the question's `id`, and should carry its `prompt`:
+the system prompt and the user message as `sqlenv.env.prompts.initial_messages` renders them without the tables
+(`RemoteSQLAgentEnv.reset` returns the tables text, which TRL appends to the last user message). A row without a
+`prompt` gets the whole first user message (question and tables) from `reset` instead, appended to TRL's empty
+placeholder, so the model still sees the question; its system prompt is then the chat template's default, not
+sqlenv's.
 """
 
 from __future__ import annotations
@@ -104,18 +109,21 @@ class RemoteSQLAgentEnv:
         self._reward = 0.0
 
     def reset(self, **row: Any) -> str:
-        """Start an episode on the server's question `row["id"]`; returns the table names, which TRL appends to the
-        user message (the server renders the question itself).
+        """Start an episode on the server's question `row["id"]`; returns what TRL appends to the row's last user
+        message: the tables text when the row has a `prompt` (the rendered question), else the whole first user
+        message as the server renders it (question and tables), so a row without a prompt still asks the question.
 
         Args:
-            row: The dataset columns; only `id` is used.
+            row: The dataset columns: `id` (required) and `prompt` (recommended: system prompt and question).
 
         Returns:
-            The tables observation.
+            The tables observation, or the first user message.
         """
+        if "id" not in row:
+            raise ValueError(f"RemoteSQLAgentEnv needs rows with the question's `id`; got columns {sorted(row)}")
         first = self._client.reset(question_id=row["id"]).observation
         self._reward = 0.0
-        return first.observation
+        return first.observation if row.get("prompt") else first.messages[-1]["content"]
 
     describe = _remote(SQLAgentEnv.describe)
     sample = _remote(SQLAgentEnv.sample)

@@ -47,6 +47,10 @@ from sqlenv.types import Question
 NAME = "sqlenv"
 
 
+class TaskNotFound(ValueError):
+    """A split or task index the server does not have: the task API answers 404 with this message."""
+
+
 class SQLResetObservation(Observation):
     """The start of an episode: the conversation as the model first sees it."""
 
@@ -120,7 +124,7 @@ class QuestionSet:
     def split(self, name: str) -> Sequence[Question]:
         """The questions of split `name`; ValueError naming the splits there are."""
         if name not in self.splits:
-            raise ValueError(f"no split {name!r} on this server (splits: {', '.join(self.splits)})")
+            raise TaskNotFound(f"no split {name!r} on this server (splits: {', '.join(self.splits)})")
         return self.splits[name]
 
     @property
@@ -239,5 +243,11 @@ class SQLServeEnvironment(Environment[Action, Observation, SQLState]):
     def get_task(self, split: str, index: int) -> dict[str, Any]:
         questions = self._questions.split(split)
         if not 0 <= index < len(questions):
-            raise IndexError(f"index {index} out of range for split {split!r} ({len(questions)} tasks)")
+            raise TaskNotFound(f"index {index} out of range for split {split!r} ({len(questions)} tasks)")
         return task_spec(questions[index], split, index)
+
+    def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[dict[str, Any]]:
+        """Tasks `[start, stop)` of `split`, with a Python slice's bounds (as OpenEnv's task protocol says)."""
+        questions = self._questions.split(split)
+        indices = range(len(questions))[slice(start, stop)]
+        return [task_spec(questions[i], split, i) for i in indices]
