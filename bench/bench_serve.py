@@ -13,10 +13,13 @@ a runaway query beside fast ones.
    runaway; before the sandbox's budget started at the statement (not at the wait) they also timed out
    (tests/test_sandbox.py shows that).
 
-Bounded in count and time, loopback only. Writes JSON to stdout and, with `--out`, to a file.
+`--data` is a prepared folder (the pipeline's `data/`) or a Spider-format folder (`tables.json`, `database/`, its
+one split `dev`); `--split` defaults to the server's default (n200 where there is one, else the folder's first),
+and `--questions K` plays only the split's first K questions. Bounded in count and time, loopback only. Writes
+JSON to stdout and, with `--out`, to a file.
 
-    .venv/bin/python bench/bench_serve.py [--data data] [--split n200] [--sessions 32] [--seconds 60]
-                                          [--out bench/results/serve.json]
+    .venv/bin/python bench/bench_serve.py [--data data] [--split n200] [--questions K] [--sessions 32]
+                                          [--seconds 60] [--out bench/results/serve.json]
 """
 
 from __future__ import annotations
@@ -57,10 +60,12 @@ def call(tool: str, arguments: dict) -> dict:
     return {"type": "step", "data": {"type": "call_tool", "tool_name": tool, "arguments": arguments}}
 
 
-def expected_episodes(questions: QuestionSet, split: str, config: EnvConfig) -> dict[str, dict]:
-    """Per question: the oracle's calls and the verdict and reward of playing them in-process."""
+def expected_episodes(questions: QuestionSet, split: str, config: EnvConfig,
+                      limit: int | None = None) -> dict[str, dict]:  # fmt: skip
+    """Per question (the split's first `limit`): the oracle's calls and the verdict and reward of playing them
+    in-process."""
     env, out = SQLEnv(questions.db_dir, config), {}
-    for q in questions.splits[split]:
+    for q in list(questions.split(split))[:limit]:
         calls = oracle_calls(q, shared_sandbox(db_file(questions.db_dir, q.db_id), config.limits), config=config)
         episode = play(env, q, calls)
         out[q.id] = {"calls": calls, "correct": episode.correct, "reward": episode.reward}
@@ -172,7 +177,8 @@ def isolation(server: Server, question_id: str, table: str, seconds: float, fast
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=Path("data"), help="prepared data folder (default data/)")
-    parser.add_argument("--split", default="n200")
+    parser.add_argument("--split", help="the split to play (default: n200 where there is one, else the first)")
+    parser.add_argument("--questions", type=int, help="play only the split's first K questions (default: all)")
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--isolation-seconds", type=float, default=15.0)
@@ -181,16 +187,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (1 <= args.sessions <= 256 and 0 < args.seconds <= 600 and 0 < args.isolation_seconds <= 120):
         raise SystemExit("bench_serve: keep --sessions in [1, 256] and the durations bounded (<= 600 s, <= 120 s)")
-    questions = QuestionSet.load(args.data)
+    if args.questions is not None and args.questions < 1:
+        raise SystemExit(f"bench_serve: --questions must be >= 1, got {args.questions}")
+    try:
+        questions = QuestionSet.load(args.data)
+        args.split = args.split or questions.default_split
+        questions.split(args.split)
+    except ValueError as exc:  # neither a prepared nor a Spider folder; a split it does not have
+        raise SystemExit(f"bench_serve: {exc}") from exc
     config = EnvConfig(sql_timeout_s=args.timeout)
-    expected = expected_episodes(questions, args.split, config)
+    expected = expected_episodes(questions, args.split, config, args.questions)
     result = {**record(), "split": args.split, "questions": len(expected), "statement_budget_s": args.timeout}
     server = Server(args.data, args.split, args.sessions + 1, args.timeout, shared=False)
     try:
         result["load"] = load(server, expected, args.sessions, args.seconds)
     finally:
         result["load"]["server_exit"] = server.stop()
-    first = questions.splits[args.split][0]
+    first = next(q for q in questions.splits[args.split] if q.id in expected)
     table = first.tables[0] if first.tables else "sqlite_master"
     result["isolation"] = {}
     for name, shared in (("own_sandboxes", False), ("shared_sandboxes", True)):

@@ -3,6 +3,7 @@ holds what docs/serving.md quotes, and per-session sandboxes keep fast queries o
 sandbox makes them wait (the comparison the benchmark exists for)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -26,3 +27,21 @@ def test_bench_serve_small(tmp_path):
     assert own["timed_out"] == shared["timed_out"] == 0
     # A shared sandbox: some fast query waited out most of a runaway's 0.5 s budget; own sandboxes: none did.
     assert shared["latency_ms"]["max"] >= 400 > own["latency_ms"]["p99"]
+
+
+SPIDER = Path("/work/shared/spider")
+
+
+@pytest.mark.skipif(not (SPIDER / "tables.json").is_file(), reason="no Spider folder at /work/shared/spider")
+def test_bench_serve_takes_a_spider_folder(tmp_path):
+    """`--data <a Spider folder>`: its one split (dev) is served without naming it; an unknown --split is a clear
+    error naming the splits there are."""
+    bench = load_bench("bench_serve")
+    out = tmp_path / "serve.json"
+    code = bench.main(["--data", str(SPIDER), "--questions", "3", "--sessions", "2", "--seconds", "1",
+                       "--isolation-seconds", "1", "--timeout", "0.5", "--out", str(out)])  # fmt: skip
+    result = json.loads(out.read_text())
+    assert code == 0 and result["split"] == "dev" and result["questions"] == 3
+    assert result["load"]["episodes"] > 0 and result["load"]["errors"] == result["load"]["mismatches"] == 0
+    with pytest.raises(SystemExit, match="no split 'n200'.*dev"):
+        bench.main(["--data", str(SPIDER), "--split", "n200", "--questions", "3"])
