@@ -65,6 +65,9 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
                    help="agent: table names only (default) or the full schema in the first message")
     p.add_argument("--metric", choices=("value", "ex"), default="value",
                    help="agent: value answers and the value verifier (default), or SQL answers scored by EX")
+    p.add_argument("--keep-distinct", action="store_true",
+                   help="EX (text_to_sql, or the agent's --metric ex): run both statements as written; by default "
+                   "DISTINCT is removed from both first, as Spider's official evaluator does unless given --keep_distinct")
     p.add_argument("--shots", type=int, default=0, help="text_to_sql: worked examples from other databases (default 0)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="reply budget of text_to_sql (default 256)")
     p.add_argument("--n", type=int, default=0, help="evaluate a hardness-stratified subset of this size (0: all)")
@@ -171,8 +174,11 @@ def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     if args.protocol == "text_to_sql":
         return _run_text_to_sql(args, out, questions, db_dir, data_name, data, model_dir, name, out_dir)
     try:
+        if args.keep_distinct and args.metric != "ex":
+            raise UsageError("--keep-distinct is for EX: --metric ex or --protocol text_to_sql")
         env = EnvConfig(step_budget=args.step_budget, sql_timeout_s=args.timeout, schema=args.schema,
-                        answer="sql" if args.metric == "ex" else "value", rewards=RewardConfig(mode="binary"))  # fmt: skip
+                        answer="sql" if args.metric == "ex" else "value", rewards=RewardConfig(mode="binary"),
+                        keep_distinct=args.keep_distinct)  # fmt: skip
         settings = EvalSettings(max_total_tokens=args.max_total_tokens, batch_size=args.batch_size,
                                 gen=GenerationSettings(seed=args.seed), parser=args.parser,
                                 dtype=choose_dtype(args.dtype, model_dir).dtype,
@@ -215,13 +221,14 @@ def _run_text_to_sql(args, out, questions, db_dir, data_name, data, model_dir, n
         records = play_text_to_sql(model, tokenizer, questions, db_dir=db_dir, max_new_tokens=args.max_new_tokens,
                                    batch_size=args.batch_size, sql_timeout_s=args.timeout,
                                    chat_template_kwargs=chat_template_kwargs(model_dir), progress=not args.no_progress,
-                                   shots=args.shots, seed=args.seed)  # fmt: skip
+                                   shots=args.shots, seed=args.seed, keep_distinct=args.keep_distinct)  # fmt: skip
     except ValueError as exc:  # too few examples on other databases
         raise UsageError(str(exc)) from exc
     wall = time.perf_counter() - start
     settings = {"protocol": "text_to_sql", "metric": "ex", "max_new_tokens": args.max_new_tokens, "batch_size":
                 args.batch_size, "decoding": "greedy", "dtype": args.dtype, "schema": "full", "sql_timeout_s": args.timeout,
-                "shots": args.shots, "few_shot_seed": args.seed if args.shots else None}  # fmt: skip
+                "shots": args.shots, "few_shot_seed": args.seed if args.shots else None,
+                "keep_distinct": args.keep_distinct}  # fmt: skip
     document = result_document(name, data_name, records, model={"path": str(model_dir),
                                "fingerprint": model_fingerprint(model_dir)}, settings=settings, env_config=None,
                                data=data, wall_time_s=round(wall, 1))  # fmt: skip

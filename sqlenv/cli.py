@@ -1,7 +1,7 @@
 """`sqlenv` command line: run SQL in the sandbox, judge answers, validate data, play an episode.
 
     sqlenv query    --db PATH --sql SQL [--timeout S]      one JSON object (exit 0 even if the SQL fails)
-    sqlenv judge    --db-dir DIR [--metric value|ex] < lines.jsonl   one JSON verdict line per input line
+    sqlenv judge    --db-dir DIR [--metric value|ex [--keep-distinct]] < lines.jsonl   one JSON verdict per line
     sqlenv validate --data DIR | --questions F --db-dir D  oracle-play every question; JSON summary
     sqlenv play     --data DIR --question N                a person plays one episode at the terminal
     sqlenv eval     --model DIR --data DIR | --questions F --db-dir D   a model on a question set
@@ -61,14 +61,16 @@ def _cmd_query(args: argparse.Namespace, out: TextIO) -> int:
 
 
 # ------------------------------------------------------------------------------ judge
-def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any, metric: str = "value") -> tuple[dict[str, Any], bool]:
+def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any, metric: str = "value",
+                keep_distinct: bool = False) -> tuple[dict[str, Any], bool]:  # fmt: skip
     """Judge one input line; returns (output record, whether the line was malformed).
 
     metric "value": the lenient verifier on the answer text (or on the predicted SQL's canonical answer);
-    metric "ex": Spider's execution match of the predicted SQL's rows (`sqlenv.env.execution_match`).
+    metric "ex": Spider's execution match of the predicted SQL's rows (`sqlenv.env.execution_match`), both
+    statements without DISTINCT as the official evaluator runs them unless `keep_distinct`.
     """
     from sqlenv.data.hardness import is_ordered
-    from sqlenv.env.execution_match import execution_verdict, order_matters
+    from sqlenv.env.execution_match import ex_sql, execution_verdict, order_matters
     from sqlenv.env.sandbox import Sandbox, SandboxError
     from sqlenv.env.verifier import format_answer, verify
     from sqlenv.types import db_file
@@ -96,13 +98,17 @@ def _judge_line(line: str, db_dir: Path, boxes: dict, limits: Any, metric: str =
     box = boxes[db_id]
     if box is None:
         return {"id": rid, "correct": False, "reason": f"malformed input: no usable database {db_id!r} in {db_dir}"}, True
-    gold = box.execute(str(rec["gold_sql"]))
+    ex = metric == "ex"
+    gold_sql = ex_sql(str(rec["gold_sql"]), keep_distinct) if ex else str(rec["gold_sql"])
+    gold = box.execute(gold_sql)
     if not gold.ok:
-        return {"id": rid, "correct": False, "reason": f"gold SQL failed: {gold.error}"}, False
+        stripped = " (DISTINCT removed, as the official evaluator runs it; --keep-distinct keeps it)" if (
+            gold_sql != str(rec["gold_sql"])) else ""  # fmt: skip
+        return {"id": rid, "correct": False, "reason": f"gold SQL failed{stripped}: {gold.error}"}, False
     default_order = order_matters if metric == "ex" else is_ordered
     ordered = bool(rec["ordered"]) if "ordered" in rec else default_order(str(rec["gold_sql"]))
     if has_pred:
-        pred = box.execute(str(rec["pred_sql"]))
+        pred = box.execute(ex_sql(str(rec["pred_sql"]), keep_distinct) if ex else str(rec["pred_sql"]))
         if not pred.ok:
             return {"id": rid, "correct": False, "reason": f"predicted SQL failed: {pred.error}"}, False
         if metric == "ex":
@@ -122,6 +128,8 @@ def _cmd_judge(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
     db_dir = Path(args.db_dir)
     if not db_dir.is_dir():
         raise UsageError(f"no database folder at {db_dir}")
+    if args.keep_distinct and args.metric != "ex":
+        raise UsageError("--keep-distinct is --metric ex's (the value verifier reads answers, not SQL)")
     boxes: dict[str, Any] = {}
     limits = SandboxLimits(timeout_s=args.timeout)
     malformed = 0
@@ -129,7 +137,7 @@ def _cmd_judge(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
         for line in inp:
             if not line.strip():
                 continue
-            record, bad = _judge_line(line, db_dir, boxes, limits, args.metric)
+            record, bad = _judge_line(line, db_dir, boxes, limits, args.metric, args.keep_distinct)
             malformed += bad
             _print_json(record, out)
             out.flush()
@@ -287,6 +295,9 @@ def _parser(extra: Mapping[str, Command] = {}) -> argparse.ArgumentParser:
                        "was malformed.")
     p.add_argument("--metric", choices=("value", "ex"), default="value",
                    help="value: the lenient answer verifier (default); ex: Spider's execution match of pred_sql")
+    p.add_argument("--keep-distinct", action="store_true",
+                   help="ex: run both statements as written; by default DISTINCT is removed from both first, as "
+                   "Spider's official evaluator does unless given --keep_distinct")
     p.add_argument("--db-dir", required=True, help="databases in Spider layout <dir>/<db_id>/<db_id>.sqlite")
     p.add_argument("--timeout", type=float, default=2.0, help="per-statement limit in seconds (default 2)")
 

@@ -217,3 +217,28 @@ def test_validate_spider(spider_dir):
     assert all(w["reason"].startswith("nondeterministic: ") for w in summary["warnings"])
     assert summary["warnings"], "the 12-database slice has known ties under LIMIT"
     assert code == (1 if summary["failures"] else 0)
+
+
+def test_judge_metric_ex_removes_distinct_unless_kept(concert_db_dir):
+    """Pairs that differ only by DISTINCT: a match under the official default, a mismatch with --keep-distinct; a
+    DISTINCT inside a string literal is text, never removed."""
+    pairs = [
+        ("a", "SELECT country FROM singer", "SELECT DISTINCT country FROM singer"),
+        ("b", "SELECT count(country) FROM singer", "SELECT count(DISTINCT country) FROM singer"),  # official: COUNT( x)
+        ("c", "SELECT 'DISTINCT France'", "SELECT ' France'"),  # not a keyword: the texts differ
+        ("d", "SELECT name FROM singer", "SELECT DISTINCT name FROM singer"),  # no duplicates: the same either way
+    ]
+    stdin = "".join(json.dumps({"id": i, "db_id": "concert", "gold_sql": g, "pred_sql": p}) + "\n" for i, g, p in pairs)
+    verdicts = {}
+    for flags in ([], ["--keep-distinct"]):
+        code, out = run(["judge", "--db-dir", str(concert_db_dir), "--metric", "ex", *flags], stdin)
+        assert code == 0
+        verdicts[bool(flags)] = [(r["id"], r["correct"]) for r in map(json.loads, out.splitlines())]
+    assert verdicts[False] == [("a", True), ("b", True), ("c", False), ("d", True)]
+    assert verdicts[True] == [("a", False), ("b", False), ("c", False), ("d", True)]
+
+
+def test_keep_distinct_is_for_ex_only(concert_db_dir):
+    line = json.dumps({"id": "x", "db_id": "concert", "gold_sql": Q_COUNT.gold_sql, "answer": "5"})
+    code, out = run(["judge", "--db-dir", str(concert_db_dir), "--keep-distinct"], line + "\n")
+    assert code == 2 and out == ""

@@ -170,3 +170,18 @@ def test_a_wrong_sql_answer_never_loses_and_nothing_pays_like_a_right_one(concer
     assert env.answered and not env.correct
     assert answered >= stopped - 1e-9  # a wrong answer never scores below not answering
     assert right > answered and right > stopped  # no farming beats the right SQL
+
+
+def test_sql_answers_without_distinct_match_unless_kept(concert_db_dir):  # noqa: F811
+    """EX in answer=sql mode removes DISTINCT from both statements, as Spider's official evaluator does by default;
+    `keep_distinct` judges the statements as written (Q_JOIN's gold says DISTINCT; a singer sang twice in 2014)."""
+    without = Q_JOIN.gold_sql.replace("SELECT DISTINCT", "SELECT")
+    verdicts = []
+    for keep in (False, True):
+        env = SQLEnv(concert_db_dir, EnvConfig(answer="sql", keep_distinct=keep))
+        env.reset(Q_JOIN)
+        env.step("answer", {"sql": without})
+        verdicts.append((env.correct, env.value_correct, env.verdict_reason))
+    assert verdicts[0][0] is True and verdicts[1][0] is False
+    assert verdicts[1][2] == "expected 3 rows, got 4"
+    assert verdicts[0][1] is False is verdicts[1][1]  # the value reading sees the 4 rows the SQL gave

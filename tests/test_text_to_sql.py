@@ -110,6 +110,7 @@ def test_eval_cli_text_to_sql_writes_ex_results(tiny, concert_db_dir, tmp_path):
     samples = [json.loads(x) for x in (out_dir / "samples.jsonl").read_text().splitlines()]
     assert summary["protocol"] == "text_to_sql" and summary["metric"] == "ex" and summary["n"] == 3 == len(samples)
     assert doc["settings"]["protocol"] == "text_to_sql" and doc["metrics"]["metric"] == "ex"
+    assert doc["settings"]["keep_distinct"] is False  # the official EX default: DISTINCT removed
     assert 0.0 <= doc["metrics"]["sql_extracted_rate"] <= 1.0 and doc["metrics"]["accuracy_high"] > 0
     assert all(s["turns"] == 1 and s["tokens"] <= 8 for s in samples)
 
@@ -150,3 +151,18 @@ def test_few_shot_examples_come_from_other_databases_only(tiny, concert_db_dir, 
         # an example shows the tables its gold SQL reads, not the whole database
         expected = {"q_count": 1, "q_france": 1, "q_join": 3}[examples[0].id.removesuffix("_2")]
         assert user_turns[0]["content"].count("CREATE TABLE") == expected
+
+
+def test_text_to_sql_removes_distinct_unless_kept(tiny, concert_db_dir):  # noqa: F811
+    """Q_JOIN's gold says DISTINCT and a singer sang twice in 2014: the reply without it is EX-correct under the
+    official default and wrong with keep_distinct; the recorded answer is the SQL as the model wrote it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(tiny), AutoModelForCausalLM.from_pretrained(tiny)
+    without = Q_JOIN.gold_sql.replace("SELECT DISTINCT", "SELECT")
+    results = []
+    for keep in (False, True):
+        records = play_text_to_sql(model, tokenizer, [Q_JOIN], db_dir=concert_db_dir, progress=False,
+                                   generator=Replies(tokenizer, [f"```sql\n{without}\n```"]), keep_distinct=keep)  # fmt: skip
+        results.append((records[0].correct, records[0].answer))
+    assert results == [(True, without), (False, without)]

@@ -10,7 +10,8 @@ Two answer modes (`answer`):
 - `value` (default): `answer(value)` submits the answer text, judged by the lenient value verifier
   (`sqlenv.env.verifier`) against the gold result;
 - `sql`: `answer(sql)` submits the final SQL; the sandbox runs it and execution accuracy
-  (`sqlenv.env.execution_match`, Spider's official rules) judges its rows against the gold SQL's. The
+  (`sqlenv.env.execution_match`, Spider's official rules: both statements without DISTINCT unless
+  `keep_distinct`) judges its rows against the gold SQL's. The
   value verifier also reads the canonical text of those rows (`value_correct`), so one episode gives
   both numbers. The progress term then scores the answer's own rows.
 
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlenv.env import prompts, rewards
-from sqlenv.env.execution_match import execution_verdict, order_matters
+from sqlenv.env.execution_match import ex_sql, execution_verdict, order_matters
 from sqlenv.env.rewards import RewardConfig
 from sqlenv.env.sandbox import Sandbox, SandboxError, SandboxLimits
 from sqlenv.env.similarity import result_similarity
@@ -101,6 +102,7 @@ class EnvConfig:
     schema: str = "hidden"  # hidden: table names only | full: CREATE TABLE statements in the first message
     answer: str = "value"  # value: answer(value), the value verifier | sql: answer(sql), execution accuracy
     prompt: str = "compact"  # compact: no tool list in the system prompt, no Returns in tool schemas | verbose (round 1)
+    keep_distinct: bool = False  # answer=sql: EX runs both statements as written, not without DISTINCT (official)
     rewards: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
@@ -495,4 +497,12 @@ class SQLEnv:
             self.value_correct = as_value.correct and not result.truncated
         else:
             self.value_correct = False
-        return execution_verdict(result, self.gold, order_matters(self.question.gold_sql))
+        ordered = order_matters(self.question.gold_sql)
+        gold_sql, pred_sql = (ex_sql(q, self.config.keep_distinct) for q in (self.question.gold_sql, sql))
+        if gold_sql == self.question.gold_sql and pred_sql == sql:
+            return execution_verdict(result, self.gold, ordered)
+        limits = self.config.limits
+        gold = gold_result(self.sandbox, _db_key(self.sandbox.path), gold_sql, limits)
+        if not gold.ok:  # only a gold SQL that uses IS DISTINCT FROM fails once DISTINCT is removed
+            raise GoldQueryError(f"gold SQL of question {self.question.id} fails without DISTINCT: {gold.error}")
+        return execution_verdict(result if pred_sql == sql else self.sandbox.execute(pred_sql), gold, ordered)

@@ -13,7 +13,13 @@ of `test-suite-sql-eval` (`exec_eval.result_eq`, Zhong et al. 2020):
 - values compare as Python compares what sqlite3 returns: `1 == 1.0` (an INTEGER and a REAL), but
   `'1' != 1` (text is not a number), no tolerance on floats, NULL only equals NULL, bytes equal bytes;
 - a quick rejection first, as the official code has it: the rows with their cells sorted (by `str(v)` plus
-  the type name) must agree as a sequence (ordered) or as a set (unordered).
+  the type name) must agree as a sequence (ordered) or as a set (unordered);
+- DISTINCT is removed from both statements before they run unless `keep_distinct` (the official
+  `eval_exec_match(..., keep_distinct=False)`, its `--keep_distinct` flag off by default): `ex_sql` drops
+  every word token `distinct` outside string literals, quoted names and comments, as the official
+  `remove_distinct` drops every sqlparse token that reads `distinct` — `COUNT(DISTINCT x)` included, which
+  becomes `COUNT( x)` there and here. So `SELECT city` and `SELECT DISTINCT city` match by default;
+  `keep_distinct=True` is the stricter reading (the rows each statement returns as written).
 
 Where this differs from the official code, on purpose and without changing a verdict: it prunes column
 permutations with every predicted row (the official one samples 20 rows at random for results of more than
@@ -24,6 +30,7 @@ scores the results, a predicted SQL that failed as 0), or the test-suite's disti
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from itertools import product
@@ -32,6 +39,25 @@ from typing import Any
 from sqlenv.types import QueryResult, Verdict
 
 Row = tuple[Any, ...]
+
+
+# One lexical token of SQL: a string literal, a quoted name, a comment, a word, or any other character.
+_TOKEN = re.compile(
+    r"""'(?:[^']|'')*'?|"(?:[^"]|"")*"?|`[^`]*`?|\[[^\]]*\]?|--[^\n]*|/\*.*?(?:\*/|\Z)|[^\W\d]\w*|\d\w*|.""",
+    re.DOTALL,
+)
+
+
+def strip_distinct(sql: str) -> str:
+    """`sql` without its DISTINCT keywords, as Spider's official evaluator removes them (module docstring):
+    every word token `distinct` (any case) goes, the text around it stays; one inside a string literal,
+    a quoted name or a comment is part of that token and stays too."""
+    return "".join(t for t in _TOKEN.findall(sql) if t.lower() != "distinct")
+
+
+def ex_sql(sql: str, keep_distinct: bool = False) -> str:
+    """The statement EX executes for `sql`: as written with `keep_distinct`, else without DISTINCT."""
+    return sql if keep_distinct else strip_distinct(sql)
 
 
 def order_matters(gold_sql: str) -> bool:

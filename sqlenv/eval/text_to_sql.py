@@ -6,7 +6,8 @@ One episode: a system turn (`SYSTEM_PROMPT`) and a user turn with the database's
 statements (`prompts.schema_ddl`: columns with types, primary and foreign keys) and the question. The model
 answers once, and `extract_sql` takes the first ```sql block of the reply (else the text from its first
 SELECT/WITH). The SQL runs in the sandbox and is scored against the gold SQL's rows by
-`sqlenv.env.execution_match` (Spider's official EX rules). Each result is an `EpisodeRecord` (one
+`sqlenv.env.execution_match` (Spider's official EX rules: DISTINCT removed from both statements unless
+`keep_distinct`, as the official evaluator's default). Each result is an `EpisodeRecord` (one
 assistant turn, `answer` = the SQL, `correct` = EX), so `evaluation.episode_metrics` gives accuracy
 with its Wilson interval and the split by hardness; `text_to_sql_metrics` adds the extraction and
 execution rates.
@@ -31,7 +32,7 @@ from typing import Any
 
 from sqlenv.decode import GenerationSettings, ModelGenerator, TurnGenerator
 from sqlenv.env import prompts
-from sqlenv.env.execution_match import execution_verdict, order_matters
+from sqlenv.env.execution_match import ex_sql, execution_verdict, order_matters
 from sqlenv.env.sandbox import Sandbox, SandboxLimits
 from sqlenv.types import EpisodeRecord, Question, db_file, stable_hash
 
@@ -107,14 +108,15 @@ def extract_sql(reply: str) -> str | None:
     return sql or None
 
 
-def _judge(box: Sandbox, question: Question, sql: str | None) -> tuple[bool, str, str]:
+def _judge(box: Sandbox, question: Question, sql: str | None, keep_distinct: bool = False) -> tuple[bool, str, str]:
     """(EX, reason, end reason) of one predicted SQL on the question's database."""
     if sql is None:
         return False, "no SQL in the reply", "no sql"
-    gold = box.execute(question.gold_sql)
+    gold = box.execute(ex_sql(question.gold_sql, keep_distinct))
     if not gold.ok:
-        raise ValueError(f"gold SQL of {question.id} fails on {question.db_id}: {gold.error}")
-    pred = box.execute(sql)
+        raise ValueError(f"gold SQL of {question.id} fails on {question.db_id}"
+                         f"{'' if keep_distinct else ' without DISTINCT'}: {gold.error}")  # fmt: skip
+    pred = box.execute(ex_sql(sql, keep_distinct))
     verdict = execution_verdict(pred, gold, order_matters(question.gold_sql))
     end = "sql error" if not pred.ok else "truncated" if gold.truncated or pred.truncated else "sql"
     return verdict.correct, verdict.reason, end
@@ -135,12 +137,14 @@ def play_text_to_sql(
     shots: int = 0,
     example_pool: Sequence[Question] | None = None,
     seed: int = 0,
+    keep_distinct: bool = False,
 ) -> list[EpisodeRecord]:
     """One greedy reply per question, its SQL executed and scored by EX; records in question order.
 
     Questions are batched by prompt length (left-padded, one batched decode per batch); greedy decoding makes
     the result independent of the batching. `generator` replaces the model's own decoding (tests script it).
     `shots` worked examples from `example_pool` (default: `questions`) precede each question (module docstring).
+    `keep_distinct` runs both statements as written (default: without DISTINCT, as Spider's official EX).
     """
     import torch
     from tqdm.auto import tqdm
@@ -198,7 +202,7 @@ def play_text_to_sql(
             ids = replies[i]
             text = tokenizer.decode([t for t in ids if t not in eos_ids], skip_special_tokens=False)
             sql = extract_sql(text)
-            correct, reason, end = _judge(boxes[q.db_id], q, sql)
+            correct, reason, end = _judge(boxes[q.db_id], q, sql, keep_distinct)
             records.append(EpisodeRecord(
                 question_id=q.id, db_id=q.db_id, hardness=q.hardness,
                 messages=[*prompts_of[i], {"role": "assistant", "content": text}],
