@@ -1,6 +1,6 @@
 """Episode throughput of the runner: batched (rolling pool, KV caches) against one episode at a time.
 
-Both sides are the same `sqlenv.eval.rollout.run_episodes` on the same model, questions and settings, with
+Both sides are the same `sqlenv.eval.rollout.play_model` on the same model, questions and settings, with
 greedy decoding; only `batch_size` differs (1 for the baseline). `--turns` also times the batch that waits
 for its longest turn (the runner before continuous batching: `ModelGenerator.generate_some` off, the same
 batch size): `continuous_ratio` is what handing the batch back early buys. `--drafting K` also times the
@@ -91,10 +91,10 @@ def load_model(spec: str | None, dtype: str):
 
 
 def timed_run(model, tokenizer, questions, batch_size: int, **kwargs) -> tuple[list, float]:
-    from sqlenv.eval.rollout import run_episodes
+    from sqlenv.eval.rollout import play_model
 
     start = time.perf_counter()
-    records = run_episodes(model, tokenizer, questions, batch_size=batch_size, progress=False, **kwargs)
+    records = play_model(model, tokenizer, questions, batch_size=batch_size, progress=False, **kwargs)
     return records, time.perf_counter() - start
 
 
@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     machine.set_runtime()  # the stages' threads and oneDNN cache bound, before anything computes (oneDNN reads it once)
 
-    from sqlenv.decode import GenerationSettings, ModelGenerator
+    from sqlenv.decode import ModelGenerator
+    from sqlenv.sampling import GenerationSettings
 
     questions, db_dir, source = load_questions(args.n, args.questions, args.db_dir)
     model, tokenizer, spec, dtype = load_model(args.model, args.dtype)
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
         result["ratio"] = result["batched"]["episodes_per_s"] / result["sequential"]["episodes_per_s"]
     if args.turns:
         generate_some = ModelGenerator.generate_some
-        ModelGenerator.generate_some = None  # play_episodes then asks for whole turns (`generate`)
+        ModelGenerator.generate_some = None  # play_rollouts then asks for whole turns (`generate`)
         try:
             turns, t_turns = timed_run(model, tokenizer, questions, args.batch_size, **common)
         finally:

@@ -18,7 +18,7 @@ parts it can run. `--device cpu` runs the same script here (the parts are small:
 
 Parts:
 1. `policy`: the GRPO rows of `sqlenv.devices` resolved for this device (what the stage would choose).
-2. `evaluate`: 24 episodes of the fixture questions through `sqlenv.eval.rollout.run_episodes` on the device
+2. `evaluate`: 24 episodes of the fixture questions through `sqlenv.eval.rollout.play_model` on the device
    (batch 8, greedy, 64 tokens a turn), episodes per second; the tiny random model makes no calls, so this
    times decoding, not the tools.
 3. `sft`: `sqlenv.train.sft` on 4 oracle trajectories for 2 steps (`max_steps`), seconds per step.
@@ -93,13 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     def evaluate():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from sqlenv.eval.rollout import run_episodes
+        from sqlenv.eval.rollout import play_model
 
         tiny, db_dir, questions = fixtures()
         model = AutoModelForCausalLM.from_pretrained(tiny).to(device)
         tokenizer = AutoTokenizer.from_pretrained(tiny)
         t0 = time.monotonic()
-        records = run_episodes(model, tokenizer, questions * 8, db_dir=db_dir, batch_size=8, max_new_tokens_per_turn=64,
+        records = play_model(model, tokenizer, questions * 8, db_dir=db_dir, batch_size=8, max_new_tokens_per_turn=64,
                                max_total_tokens=256, progress=False)  # fmt: skip
         s = time.monotonic() - t0
         return {"episodes": len(records), "episodes_per_s": round(len(records) / s, 3), "tokens": sum(r.tokens for r in records)}

@@ -139,7 +139,7 @@ def _model_dir(model: str) -> Path:
 def run_eval(args: argparse.Namespace, out: TextIO) -> int:
     from pipeline.results import write_result
     from sqlenv.data.splits import stratified_sample
-    from sqlenv.decode import GenerationSettings
+    from sqlenv.sampling import GenerationSettings
     from sqlenv.env.environment import EnvConfig
     from sqlenv.env.rewards import RewardConfig
     from sqlenv.eval.harness import EvalSettings, play, result_document

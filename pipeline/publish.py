@@ -368,7 +368,7 @@ def _validate(folder: Path, source_fp: str, question: Any, db_dir: Path, first: 
     """Card metadata summary and the episode's verdict; RuntimeError when the folder is not publishable."""
     from huggingface_hub import ModelCard
 
-    from sqlenv.decode import GenerationSettings
+    from sqlenv.sampling import GenerationSettings
     from sqlenv.env.environment import EnvConfig
     from sqlenv.env.rewards import RewardConfig
     from sqlenv.eval.harness import EvalSettings, play

@@ -1,6 +1,6 @@
 """Batched, cached decoding of the next turn of many episodes at once: pure torch, no TRL semantics.
 
-`sqlenv.episodes` asks, each turn, for the next completion of every running episode in ONE batched,
+The episode loop (`sqlenv.episode_loop`) asks, each turn, for the next completion of every running episode in ONE batched,
 left-padded generation (`ModelGenerator.generate`). On a CPU the prompt (system prompt +
 tool schemas, ~700 tokens) and the growing history cost far more to re-encode every turn than the short
 completions cost to decode, so each episode keeps the key/value cache of its tokens between turns and
@@ -8,7 +8,7 @@ the shared prompt prefix is encoded once per run (`reuse_cache=True`). What a tu
 context (a tool result, the generation prompt) is prefilled in groups of episodes with additions of
 similar length, never padded to the longest addition of the batch (`_prefill_rows`); the batched part
 starts at each context's last token. Each batch call's cache is reserved with room for the tokens it
-decodes (`DECODE_ROOM`, grown past it: `reserved_cache`), so decode steps write keys/values in place, and
+decodes (`DECODE_ROOM`, grown past it: `sqlenv.kv_cache.reserved_cache`), so decode steps write keys/values in place, and
 it is each episode's only copy of its keys/values while the call runs (`_padded_batch`, `_keep`).
 The cache of one turn is laid out
 per row as `[pad, cached tokens, pad, new tokens]`; position ids come from the attention mask (cumsum,
@@ -18,65 +18,23 @@ until the longest completion of the batch ends (half of all decoded rows in a me
 cuts stopped rows out of the batch. And `generate` cannot stop mid-turn and go on later; ours
 (`generate_some`) hands the batch back once some rows have stopped, so the runner refills it with their
 next turns and new episodes (continuous batching) while the others go on from the tokens they have.
-It picks tokens as `generate` does (argmax; or HF's temperature, top-k and top-p warpers and a
-multinomial draw), and tests check it against `generate`. `reuse_cache=False` re-encodes everything
+It picks tokens as `generate` does (`sqlenv.sampling`: argmax, or transformers' own logits processors,
+repetition penalty, temperature, top-k, top-p, min-p, and a multinomial draw), and tests check it against
+`generate`. `reuse_cache=False` re-encodes everything
 each turn; a test checks both give the same tokens.
 
-Its one caller is the episode loop (`sqlenv.episodes.play_rollouts`), which GRPO's rollouts and evaluation
-share; episodes are keyed by their place in the batch.
+Its one caller is the episode loop (`sqlenv.episode_loop.play_rollouts`, through `model_generator`), which
+GRPO's rollouts and evaluation share; episodes are keyed by their place in the batch.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Protocol
 
+from sqlenv.kv_cache import reserved_cache
 from sqlenv.prompt_lookup import PACKED_SDPA, NgramDrafter, accept_greedy, accept_sampled
-
-
-@dataclass(frozen=True)
-class GenerationSettings:
-    """Decoding: greedy by default; sampling with temperature/top_p/top_k (0 = off), seeded."""
-
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-
-    def token_chooser(self) -> Callable[[Any], Any]:
-        """logits [rows, vocab] -> next token ids [rows]: argmax, or a sample after HF's warpers in
-        `generate`'s order (temperature, top-k, top-p) from torch's global RNG (`run_episodes` seeds it)."""
-        import torch
-
-        if not self.do_sample:
-            # `max(...).indices` is argmax (the first maximal index, NaN counting as maximal; a test checks
-            # on tied bf16 logits), at a fraction of its cost on bf16 logits: measured on the 2-core Intel
-            # Xeon (AMX-BF16), 2.5 against 11.8 ms over [50, 151936], 6 % of a 50-row decode step.
-            return lambda logits: logits.max(dim=-1).indices
-        from transformers.generation.logits_process import (
-            LogitsProcessorList,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
-
-        warpers = LogitsProcessorList([TemperatureLogitsWarper(self.temperature)])
-        if self.top_k:
-            warpers.append(TopKLogitsWarper(self.top_k))
-        if self.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(self.top_p))
-
-        def sample(logits):
-            return torch.multinomial(probabilities(logits), num_samples=1).squeeze(1)
-
-        def probabilities(logits):
-            return torch.softmax(warpers(None, logits.float()), dim=-1)
-
-        sample.probabilities = probabilities  # what a drafting step checks its guesses against
-        return sample
+from sqlenv.sampling import GenerationSettings
 
 
 def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
@@ -90,13 +48,13 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
 
 
 class TurnGenerator(Protocol):
-    """What `play_episodes` needs from a policy: the next completion ids of several episodes at once.
+    """What `play_rollouts` needs from a policy: the next completion ids of several episodes at once.
 
     `start`/`finish` bracket an episode (keyed by its question's index), so an implementation may keep
     per-episode state such as a KV cache; `generate` gets each episode's whole context and its token
     budget and returns the completion ids (stop token included, nothing after it). A generator may also
     offer `generate_some(keys, contexts, budgets, min_stopped) -> (completions, stopped)`, which can return
-    mid-turn (`ModelGenerator`); `play_episodes` then uses it for continuous batching.
+    mid-turn (`ModelGenerator`); `play_rollouts` then uses it for continuous batching.
     """
 
     def start(self, key: int, context: list[int]) -> None: ...
@@ -157,92 +115,10 @@ def prefill_groups(lengths: dict[int, int]) -> list[list[int]]:
     return groups
 
 
-def reserved_cache(config: Any, capacity: int, buffers: Sequence[tuple[Any, Any]] = (), length: int = 0) -> Any:
-    """A transformers `Cache` whose layers keep their keys/values in buffers with room for `capacity`
-    tokens, so that `update` writes in place. `buffers`: per layer (keys, values), each
-    [rows, kv_heads, capacity, head_dim], whose first `length` positions hold the cache so far; they are
-    adopted, not copied. Without them every layer reserves its buffers on its first update.
-
-    transformers' `DynamicLayer` concatenates on every update: each decode step copies the whole cache of
-    every layer. Measured on the 2-core CPU (0.5B model, bf16, 50 rows over 900 cached tokens) that copy was
-    ~10-20 % of a decode step. A layer that runs out of room grows by a quarter of its size (at least
-    `DECODE_ROOM` tokens), so a wrong `capacity` costs a copy, never a wrong result.
-    """
-    from transformers.cache_utils import Cache
-
-    layer_class = _reserved_layer_class()
-    if buffers:
-        return Cache(layers=[layer_class(capacity, k, v, length) for k, v in buffers])
-    return Cache(layers=[layer_class(capacity) for _ in range(config.num_hidden_layers)])
-
-
-@functools.cache
-def _reserved_layer_class() -> type:
-    """`reserved_cache`'s layer: a `DynamicLayer` (so masks and lengths are computed as for the default
-    cache) whose `keys`/`values` are views of the first `length` positions of reserved buffers. Defined
-    on first use, so that importing this module needs neither torch nor transformers."""
-    from transformers.cache_utils import DynamicLayer
-
-    class ReservedLayer(DynamicLayer):
-        def __init__(self, capacity: int, keys: Any = None, values: Any = None, length: int = 0):
-            super().__init__()
-            self.capacity, self.length = capacity, 0
-            if keys is not None:  # buffers to adopt
-                self._k, self._v, self.length = keys, values, length
-                self.device, self.is_initialized = keys.device, True
-                self._views()
-
-        def _reserve(self, keys: Any, values: Any) -> None:
-            rows, heads, tokens, dim = keys.shape
-            size = max(self.capacity, tokens)
-            self._k = keys.new_zeros((rows, heads, size, dim))
-            self._v = values.new_zeros((rows, heads, size, values.shape[-1]))
-            self._k[:, :, :tokens], self._v[:, :, :tokens] = keys, values
-            self.device, self.is_initialized, self.length = keys.device, True, tokens
-            self._views()
-
-        def _views(self) -> None:
-            self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
-
-        def lazy_initialization(self, key_states: Any, value_states: Any) -> None:
-            self._reserve(key_states[:, :, :0], value_states[:, :, :0])
-
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            start, end = self.length, self.length + key_states.shape[-2]
-            if end > self._k.shape[-2]:  # out of room: grow (a copy, as DynamicLayer makes every step)
-                size = self._k.shape[-2]
-                self.capacity = max(size + max(DECODE_ROOM, size // 4), end)
-                self._reserve(self.keys, self.values)
-            self._k[:, :, start:end], self._v[:, :, start:end] = key_states, value_states
-            self.length = end
-            self._views()
-            return self.keys, self.values
-
-        def batch_select_indices(self, indices: Any) -> None:
-            if self.is_initialized:
-                self._k, self._v = self._k[indices], self._v[indices]
-                self._views()
-
-        def release(self) -> None:
-            """Drop the buffers (the layer is done with): their memory is free before the next layer's is."""
-            self._k = self._v = self.keys = self.values = None
-            self.is_initialized = False
-
-        def _unsupported(self, *args: Any, **kwargs: Any) -> None:
-            raise NotImplementedError("ReservedLayer supports update and batch_select_indices only (sqlenv.decode)")
-
-        # Everything else DynamicLayer can do would rebind `keys`/`values` behind the buffers' back.
-        crop = batch_repeat_interleave = reorder_cache = offload = prefetch = reset = _unsupported
-
-    return ReservedLayer
-
-
 class ModelGenerator:
     """One batched, left-padded generation per turn over the running episodes, with per-episode KV caches.
 
-    Call it under `torch.no_grad()` with the model in eval mode (`run_episodes` does).
+    Call it under `torch.no_grad()` with the model in eval mode (`sqlenv.episode_loop.model_generator` builds it).
     """
 
     def __init__(
@@ -376,7 +252,7 @@ class ModelGenerator:
         A row that has not stopped returns the tokens it has so far and keeps its cache; called again with
         its context + those tokens (and the budget left), it goes on exactly where it was. This is what
         keeps the batch full (continuous batching): a turn of one episode no longer waits for the longest
-        turn of the batch, since `play_episodes` runs the stopped rows' tools, admits queued episodes and
+        turn of the batch, since `play_rollouts` runs the stopped rows' tools, admits queued episodes and
         decodes them all together again. Measured on the 2-core CPU (0.5B model, bf16, 700 cached tokens),
         a decode step costs 94 ms for one row, 108 for 10 and 200 for 50: the weights are read once per
         step whatever the rows, so a batch that waits for its longest turn (an n50 evaluation averaged
@@ -396,7 +272,7 @@ class ModelGenerator:
         # guesses too (the rejected ones stay as masked holes until the batch's caches are kept).
         room = DECODE_ROOM * (2 if self._drafts() else 1)
         step_ids, mask, cache = self._padded_batch(keys, contexts, room=min(max(budgets, default=0), room))
-        return self._decode(keys, step_ids, mask, cache, budgets, min_stopped)
+        return self._decode(keys, contexts, step_ids, mask, cache, budgets, min_stopped)
 
     def _drafts(self) -> bool:
         """Whether steps guess tokens: `draft_tokens` > 0 and the model attends with SDPA (a several-token
@@ -409,8 +285,8 @@ class ModelGenerator:
         every guessed position costs compute (`DRAFT_POSITIONS`)."""
         return max(0, min(self.draft_tokens, DRAFT_POSITIONS // max(rows, 1) - 1))
 
-    def _decode(self, keys: Sequence[int], step_ids: Any, mask: Any, cache: Any, budgets: Sequence[int],
-                min_stopped: int) -> tuple[list[list[int]], list[bool]]:  # fmt: skip
+    def _decode(self, keys: Sequence[int], contexts: Sequence[list[int]], step_ids: Any, mask: Any, cache: Any,
+                budgets: Sequence[int], min_stopped: int) -> tuple[list[list[int]], list[bool]]:  # fmt: skip
         """Prefill `step_ids` (the tokens after the cached ones), then decode; a row leaves the batch once it
         has stopped, the batch returns once `min_stopped` rows have (or all have).
 
@@ -424,7 +300,8 @@ class ModelGenerator:
         `NgramDrafter` guesses come next; the row keeps what `accept_greedy` (the argmax tokens up to and
         including the first that differs from the guess) or `accept_sampled` (speculative sampling: each
         token distributed as a token-by-token draw) returns, and the rejected guesses' cache positions get
-        mask 0.
+        mask 0. A repetition penalty (`GenerationSettings.repetition_penalty`) reads each row's sequence so far
+        (`contexts` + its tokens, + the guesses before each drafted position), as `generate` reads an unpadded row.
         """
         import torch
 
@@ -451,10 +328,17 @@ class ModelGenerator:
                 use_cache=True,
                 logits_to_keep=width if drafting else 1,
             ).logits
+            history = None
+            if choose.needs_history:  # per step position: the row's tokens up to the one fed there
+                seen = [contexts[i] + completions[i] for i in rows]
+                history = [s + g[:j] for s, g in zip(seen, guesses) for j in range(width)] if drafting else seen
             if not drafting:
-                picked = [[t] for t in choose(logits[:, -1]).tolist()]
+                picked = [[t] for t in choose(logits[:, -1], history).tolist()]
             elif self.gen.do_sample:
-                picked = accept_sampled(choose.probabilities(logits.flatten(0, 1)).view(*logits.shape[:2], -1), guesses)
+                picked = accept_sampled(choose.probabilities(logits.flatten(0, 1), history).view(*logits.shape[:2], -1),
+                                        guesses)  # fmt: skip
+            elif choose.needs_history:
+                picked = accept_greedy(choose.scores(logits.flatten(0, 1), history).view(*logits.shape[:2], -1), guesses)
             else:
                 picked = accept_greedy(logits, guesses)
             self.steps += 1

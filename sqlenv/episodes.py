@@ -1,42 +1,18 @@
-"""The one episode loop: a policy plays the SQL environment turn by turn, as GRPO trains and evaluation scores.
+"""One question played as an episode of the SQL environment, with TRL's tool-call semantics.
 
-GRPO's rollouts (`sqlenv.train.rollouts`, through TRL 1.16's public `GRPOTrainer(rollout_func=...)`) and
-every model evaluation (`sqlenv.eval.rollout.run_episodes`) call `play_rollouts` below; only the
-`TurnGenerator` differs (sampled or greedy, HF cached decoder or vLLM). A rollout is what TRL's own
-`environment_factory` tool loop would have produced for the same turns (`grpo.rollout_decoder: trl` keeps
-that loop as the library-native option; a test replays scripted turns through both and compares the
-completion ids, the environment mask, each reward component and the verdict):
+`Episode` is what a GRPO rollout and every evaluated episode play: the episode loop (`sqlenv.episode_loop`) feeds it
+each parsed assistant turn, model-free policies (the random policy) drive it directly, so every policy's records
+are counted the same way. It is what TRL 1.16's own `environment_factory` tool loop does with the same turns:
 
-- prompt: `[system, user(question)]`, the string `SQLAgentEnv.reset(**row)` returns appended to the user
-  message, then `apply_chat_template([prompt], tools=<the env's bound tool methods>,
-  add_generation_prompt=True, chat_template=<TRL's choice>)`, as GRPOTrainer tokenizes prompts;
-- chat template: the tokenizer's own when it is prefix-preserving, else TRL's training template;
-  tool-call parsing: `trl.chat_template_utils.add_response_schema` + `parse_response(tokenizer, ids,
-  prefix=<context ids>, tools=...)`, TRL's public functions;
+- prompt: `[system, user(question)]`, or the prompt TRL passes to `rollout_func`, with the string
+  `SQLAgentEnv.reset(**row)` returns appended to its last (user) message, as TRL appends it;
 - tools: the public methods of a `SQLAgentEnv` instance, called as `tool(**arguments)` in order; an
   exception becomes `{"error": str(e)}`, every result `{"role": "tool", "name", "content": str(result)}`,
   so tool results are byte-identical to TRL's loop;
-- token sequence: by concatenation, `context + completion_ids + tool_suffix_ids(tool_messages)`, never by
-  re-tokenising the conversation; the tool-result tokens are the environment's (`env_mask` 0), the
-  model's turns the policy's (1);
-- stop tokens: `tokenizer.eos_token_id` plus the model's `generation_config.eos_token_id`; a completion
-  keeps its stop token and nothing after it.
-
-Episodes end where a GRPO rollout ends:
 - a turn without a tool call ends the episode, before the answer as after it; nothing is invented for the
-  model to read;
-- `max_turns` (default: the env's step budget) is TRL's `max_tool_calling_iterations`: at most that many
-  turns have their calls executed. TRL then generates once more without executing anything: a training
-  rollout does too (`final_turn=True`: those tokens are trained on); evaluation skips that generation
-  (nothing it does can change the calls, observations, reward or verdict);
-- `max_total_tokens` is `max_completion_length` (everything after the prompt, tool results included), and
-  each turn may use what is left of it (`max_new_tokens_per_turn` is an optional extra cap, off by
-  default). Tool results that would push a rollout past it (or past the model's context) are left out of
-  its tokens and the episode ends; the env has run the calls either way, so the transcript keeps them;
-- calls after the env episode is over (after `answer`, or after the step budget) are executed as TRL
-  does: each earns the post-episode penalty.
-With `parser="lenient"` (base checkpoints, see `sqlenv.env.tool_calls`) a turn's calls may also be JSON
-written as text; that is the one, stated departure from a training rollout, and only base policies use it.
+  model to read; at most `max_turns` (default: the env's step budget; TRL's `max_tool_calling_iterations`)
+  turns have their calls executed; calls after the env episode is over (after `answer`, or after the step
+  budget) are executed as TRL does: each earns the post-episode penalty.
 
 Stored transcripts (`EpisodeRecord.messages`) keep each assistant turn as TRL parses it (`content` plus
 structured `tool_calls`, arguments as JSON strings, house style). Rendering them back with
@@ -56,124 +32,22 @@ step budget was used up; `tokens` = tokens the model generated; `end_reason` = w
 tools, or wrote a call the parser cannot read), `token budget` (`max_total_tokens` ran out, inside a turn's
 generation or with a tool result), `step budget` (the env's), `turn budget` (`max_turns`), `context length`.
 `reward`/`reward_components` are the env's own sums.
-
-Batching: a rolling pool of `batch_size` episodes; each turn, the next completion of every running
-episode comes from ONE batched generation (`sqlenv.decode.ModelGenerator`, which keeps each episode's
-key/value cache between turns; or vLLM through `sqlenv.eval.vllm_backend.VLLMGenerator`), then tools
-run, then finished episodes leave and queued ones take their slots. With `ModelGenerator` the batch is
-handed back once a quarter of it has ended its turn (continuous batching): an episode's next turn does
-not wait for the longest turn of the batch, and the tokens are the ones a whole-turn batch (or one
-episode at a time) gives.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlenv.decode import TurnGenerator, common_prefix_length
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
-from sqlenv.env.tool_calls import parse_turn
 from sqlenv.env.trl_adapter import agent_env_class, tool_methods
 from sqlenv.types import EpisodeRecord, Question
 
 
-# ------------------------------------------------------------------------------------------- TRL mirror
-def ensure_response_parser(tokenizer: Any) -> None:
-    """Give the tokenizer TRL's response template/schema unless it has one (as `GRPOTrainer.__init__`)."""
-    from trl.chat_template_utils import add_response_schema
-
-    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
-        add_response_schema(tokenizer)
-
-
-def rollout_chat_template(tokenizer: Any) -> str | None:
-    """The `chat_template` GRPOTrainer renders with: None (the tokenizer's own) when it is prefix-preserving,
-    else TRL's training template."""
-    from trl.chat_template_utils import (
-        get_training_chat_template,
-        is_chat_template_prefix_preserving,
-    )
-
-    return None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
-
-
-def generation_eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Stop tokens as GRPOTrainer collects them: the tokenizer's eos first, then the model's generation eos."""
-    ids = model.generation_config.eos_token_id
-    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-    if tokenizer.eos_token_id not in ids:
-        ids = [tokenizer.eos_token_id, *ids]
-    return ids
-
-
-def prompt_token_ids(
-    tokenizer: Any,
-    messages: Sequence[dict[str, Any]],
-    tools: Sequence[Callable[..., Any]],
-    chat_template: str | None = None,
-    chat_template_kwargs: dict[str, Any] | None = None,
-) -> list[int]:
-    """The prompt ids as GRPOTrainer tokenizes a conversational prompt with an environment_factory."""
-    tokenized = tokenizer.apply_chat_template(
-        conversation=[list(messages)],
-        tools=list(tools) or None,
-        chat_template=chat_template,
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=True,
-        **(chat_template_kwargs or {}),
-    )
-    return list(tokenized["input_ids"][0])
-
-
-def tool_suffix_ids(
-    tokenizer: Any,
-    tool_messages: Sequence[dict[str, Any]],
-    chat_template: str | None = None,
-    chat_template_kwargs: dict[str, Any] | None = None,
-) -> list[int]:
-    """The tokens appended after a completion for its tool results (and the next assistant header).
-
-    TRL 1.16's text-only rule: render a dummy conversation with and without the tool messages and keep
-    the difference, with the prefix cut right after its last EOS (Qwen templates put a newline after
-    `<|im_end|>`; the completion ends at EOS). The parity tests compare it with TRL's own result.
-    """
-    kwargs = chat_template_kwargs or {}
-    dummy = [
-        {"role": "user", "content": "dummy"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}],
-        },
-    ]
-    prefix_ids = tokenizer.apply_chat_template(
-        dummy, add_generation_prompt=False, tokenize=True, chat_template=chat_template, return_dict=False, **kwargs
-    )
-    full_ids = tokenizer.apply_chat_template(
-        dummy + list(tool_messages),
-        add_generation_prompt=True,
-        tokenize=True,
-        chat_template=chat_template,
-        return_dict=False,
-        **kwargs,
-    )
-    eos_positions = [i for i, tok in enumerate(prefix_ids) if tok == tokenizer.eos_token_id]
-    if eos_positions:
-        prefix_ids = prefix_ids[: eos_positions[-1] + 1]
-    if list(full_ids[: len(prefix_ids)]) != list(prefix_ids):
-        raise ValueError("Unexpected tokenization: the EOS-trimmed prefix IDs are not a prefix of the full IDs.")
-    return list(full_ids[len(prefix_ids) :])
-
-
-# ---------------------------------------------------------------------------------------------- episode
 class Episode:
     """One question played turn by turn through a `SQLAgentEnv`, with TRL's tool-call semantics.
 
@@ -191,6 +65,7 @@ class Episode:
         env_config: EnvConfig = EnvConfig(),
         system_prompt: str | None = None,
         max_turns: int | None = None,
+        prompt: Sequence[dict[str, Any]] | None = None,
     ):
         self.question = question
         self.env = agent_env_class(env_config)(db_dir=db_dir, config=env_config)
@@ -201,13 +76,16 @@ class Episode:
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
         observation = self.env.reset(**question.to_dict())  # raises for an unusable database or gold SQL
-        user = prompts.user_message(question)
-        system = env_config.system_prompt if system_prompt is None else system_prompt
+        if prompt is None:
+            system = env_config.system_prompt if system_prompt is None else system_prompt
+            prompt = [{"role": "system", "content": system}, prompts.user_message(question)]
+        elif system_prompt is not None:
+            raise ValueError("give a prompt or a system prompt, not both")
+        if not prompt or not all(isinstance(m.get("content"), str) for m in prompt):
+            raise ValueError(f"episode {question.id}: a prompt is a non-empty list of messages with text content")
         # As TRL: the reset string is appended to the last (user) message's content.
-        self.messages: list[dict[str, Any]] = [
-            {"role": "system", "content": system},
-            {**user, "content": user["content"] + observation},
-        ]
+        self.messages: list[dict[str, Any]] = [*copy.deepcopy(list(prompt[:-1])),
+                                               {**prompt[-1], "content": prompt[-1]["content"] + observation}]
         self.turns = 0  # turns whose calls were executed (TRL's tool-calling iterations)
         self.running_turns = 0  # assistant turns while the env episode ran
         self.strict_call_turns = 0
@@ -359,172 +237,3 @@ def _stored_assistant(message: dict[str, Any], calls: list[dict[str, Any]]) -> d
                 {"type": call.get("type", "function"), "function": {"name": name, "arguments": arguments}}
             )
     return stored
-
-
-def shared_prompt_prefix(
-    tokenizer: Any,
-    system_prompt: str | None,
-    chat_template: str | None = None,
-    chat_template_kwargs: dict[str, Any] | None = None,
-    env_config: EnvConfig = EnvConfig(),
-) -> list[int]:
-    """The prompt tokens every episode shares: two renders that differ only in the user text."""
-    tools = tool_methods(agent_env_class(env_config)(config=env_config))
-    system = {"role": "system", "content": env_config.system_prompt if system_prompt is None else system_prompt}
-    renders = [[system, {"role": "user", "content": text}] for text in ("a", "b")]
-    a, b = (prompt_token_ids(tokenizer, r, tools, chat_template, chat_template_kwargs) for r in renders)
-    return a[: common_prefix_length([a, b])]
-
-
-# ----------------------------------------------------------------------------------------------- runner
-@dataclass
-class Rollout:
-    """One played episode: its record, and its tokens as a GRPO rollout (`prompt_ids` then `completion_ids`,
-    every model turn and tool result after the prompt; `env_mask[i]` is 0 where completion token i is the
-    environment's, 1 where the policy generated it)."""
-
-    record: EpisodeRecord
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    env_mask: list[int]
-    summary: dict[str, Any]  # the environment's own account (`SQLEnv.summary`), what GRPO's reward functions read
-
-
-def play_episodes(generator: TurnGenerator, tokenizer: Any, questions: Sequence[Question], **kwargs: Any) -> list[EpisodeRecord]:
-    """`play_rollouts`, records only (evaluation)."""
-    return [rollout.record for rollout in play_rollouts(generator, tokenizer, questions, **kwargs)]
-
-
-def play_rollouts(
-    generator: TurnGenerator,
-    tokenizer: Any,
-    questions: Sequence[Question],
-    *,
-    db_dir: str | Path | None,
-    env_config: EnvConfig = EnvConfig(),
-    system_prompt: str | None = None,
-    batch_size: int = 8,
-    max_turns: int | None = None,
-    max_new_tokens_per_turn: int | None = None,
-    max_total_tokens: int = 4096,
-    max_positions: int | None = None,
-    progress: bool = True,
-    chat_template_kwargs: dict[str, Any] | None = None,
-    parser: str = "strict",
-    after_batch: Callable[[], Any] | None = None,
-    final_turn: bool = False,
-) -> list[Rollout]:
-    """The episode loop over any `TurnGenerator`; rollouts come back in question order.
-
-    A rolling pool: up to `batch_size` episodes run at once, each turn is one `generator.generate` call
-    over all of them, finished episodes leave and queued ones take their place. A generator that can hand
-    a batch back early (`ModelGenerator.generate_some`) is asked to once a quarter of its rows have ended
-    their turn: those episodes run their tools, queued ones start, and the rest go on from the tokens they
-    have, all in the next batch (continuous batching: the same tokens, fewer decode steps).
-
-    `final_turn`: after the turn budget, generate the one turn TRL's loop still generates (its calls are
-    not run); training rollouts want its tokens, evaluation does not.
-
-    `after_batch` is called after every batch call. Each call leaves per-episode caches of new sizes behind,
-    and glibc keeps the memory the old ones freed resident: with a hand-back every quarter of the rows the
-    heap fragmented, and `evaluate@base_3shot_n50` (the longest prompts) peaked at 7.1-8.6 GiB; the
-    evaluation stage passes a `sqlenv.train.heap.Trimmer`, which hands free pages back to the OS once the
-    process holds more than 5 GiB (5.8 GiB peak, 7 trims in 43 batches).
-    """
-    from tqdm.auto import tqdm
-
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if (max_new_tokens_per_turn is not None and max_new_tokens_per_turn < 1) or max_total_tokens < 1:
-        raise ValueError("max_new_tokens_per_turn and max_total_tokens must be >= 1")
-    per_turn = max_new_tokens_per_turn or max_total_tokens
-    ensure_response_parser(tokenizer)
-    template = rollout_chat_template(tokenizer)
-    kwargs = chat_template_kwargs or {}
-    max_positions = max_positions or 10**9
-
-    generate_some = getattr(generator, "generate_some", None)
-    episodes: dict[int, Episode] = {}
-    contexts: dict[int, list[int]] = {}  # the episode's context, with the current turn's tokens so far
-    prompt_len: dict[int, int] = {}
-    turn_start: dict[int, int] = {}  # length of the context the current turn continues
-    tokens: dict[int, int] = {}
-    completion: dict[int, list[int]] = {}  # the rollout's tokens after its prompt, and whose they are
-    env_mask: dict[int, list[int]] = {}
-    last_turn: set[int] = set()  # episodes past the turn budget, generating the turn TRL still generates
-    results: list[Rollout | None] = [None] * len(questions)
-    queue = deque(range(len(questions)))
-    running: list[int] = []
-    with tqdm(total=len(questions), desc="episodes", unit="ep", disable=not progress) as bar:
-        while queue or running:
-            while queue and len(running) < batch_size:
-                key = queue.popleft()
-                episode = Episode(
-                    questions[key],
-                    db_dir=db_dir,
-                    env_config=env_config,
-                    system_prompt=system_prompt,
-                    max_turns=max_turns,
-                )
-                ids = prompt_token_ids(tokenizer, episode.messages, episode.tools, template, kwargs)
-                episodes[key], contexts[key], prompt_len[key], turn_start[key], tokens[key] = (
-                    episode, ids, len(ids), len(ids), 0)  # fmt: skip
-                completion[key], env_mask[key] = [], []
-                generator.start(key, ids)
-                running.append(key)
-            # Each completion fits the turn's and the episode's token budget (TRL: max_completion_length).
-            budgets = [min(per_turn - (len(contexts[k]) - turn_start[k]), max_total_tokens - (len(contexts[k]) - prompt_len[k]))
-                       for k in running]  # fmt: skip
-            batch = [contexts[k] for k in running]
-            if generate_some is None:
-                new, stopped = generator.generate(running, batch, budgets), [True] * len(running)
-            else:
-                new, stopped = generate_some(running, batch, budgets, min_stopped=-(-len(running) // 4))
-            if after_batch is not None:
-                after_batch()
-            still = []
-            for key, ids_new, turn_over, budget in zip(running, new, stopped, budgets):
-                tokens[key] += len(ids_new)
-                if not turn_over:  # goes on in the next batch
-                    contexts[key] = contexts[key] + ids_new
-                    still.append(key)
-                    continue
-                cut = len(ids_new) >= budget  # this call's part of the turn used up what was left
-                episode, context = episodes[key], contexts[key][: turn_start[key]]
-                turn = contexts[key][turn_start[key] :] + ids_new
-                completion[key] += turn
-                env_mask[key] += [1] * len(turn)
-                parsed, strict, lenient = parse_turn(tokenizer, turn, context, episode.tools, parser)
-                if key in last_turn:  # TRL's turn after the turn budget: kept, its calls never run
-                    episode.note_unplayed_turn(parsed)
-                    last_turn.discard(key)
-                elif tool_messages := episode.apply_turn(parsed, strict, lenient, cut=cut):
-                    # the results follow the turn, unless they would not fit (TRL leaves them out then)
-                    suffix = tool_suffix_ids(tokenizer, tool_messages, template, kwargs)
-                    ids = context + turn + suffix
-                    used = len(ids) - prompt_len[key]
-                    if used > max_total_tokens:
-                        episode.end("token budget")
-                    elif len(ids) >= max_positions:
-                        episode.end("context length")
-                    else:
-                        completion[key] += suffix
-                        env_mask[key] += [0] * len(suffix)
-                        if used == max_total_tokens:
-                            episode.end("token budget")  # nothing is left for a next turn
-                        elif not episode.done or (final_turn and episode.end_reason == "turn budget"):
-                            contexts[key], turn_start[key] = ids, len(ids)
-                            if episode.done:
-                                last_turn.add(key)
-                if episode.done and key not in last_turn:
-                    prompt = contexts[key][: prompt_len[key]]
-                    results[key] = Rollout(episode.to_record(tokens=tokens[key]), prompt, completion[key], env_mask[key],
-                                           episode.summary())  # fmt: skip
-                    generator.finish(key)
-                    for store in (episodes, contexts, prompt_len, turn_start, tokens, completion, env_mask):
-                        del store[key]
-                    bar.update(1)
-                else:
-                    still.append(key)
-            running = still
-    return [r for r in results if r is not None]

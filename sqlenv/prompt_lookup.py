@@ -15,7 +15,7 @@ at its position, given the tokens before it, so in exact arithmetic the completi
 greedy decoding gives (speculative decoding with a draft that needs no model; Leviathan et al. 2023, "prompt
 lookup decoding", Saxena 2023; transformers' `prompt_lookup_num_tokens`). In bf16 the logits of a position
 computed in a several-token step can differ in the last bits from a one-token step's, so a near-tie can go the
-other way, as between two processes of the one-token loop (`sqlenv.eval.rollout.run_episodes`). Sampling
+other way, as between two processes of the one-token loop (`sqlenv.eval.rollout.play_model`). Sampling
 (`accept_sampled`): the same distribution as token-by-token sampling, other draws from the same seed.
 
 Measured on make_run_38's models (2-core Intel Xeon, bf16, fresh processes alternated; the machine's speed

@@ -154,6 +154,14 @@ class StepResult:
         return float(sum(self.rewards.values()))
 
 
+VERDICTS = ("correct", "wrong", "unanswered")
+
+
+def verdict(answered: bool, correct: bool) -> str:
+    """An episode's outcome in one word (`VERDICTS`): what GRPO logs per rollout and the served session reports."""
+    return "correct" if correct else ("wrong" if answered else "unanswered")
+
+
 @dataclass
 class EpisodeRecord:
     """A finished (or abandoned) episode: the full chat transcript and its outcome.

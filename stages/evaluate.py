@@ -29,7 +29,7 @@ from pipeline.params import load_params, section_dict
 from pipeline.results import log_result, write_result
 from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, log_dtype, stage_run
-from sqlenv.decode import GenerationSettings
+from sqlenv.sampling import GenerationSettings
 from sqlenv.dtype import choose_dtype
 from sqlenv.env.environment import EnvConfig
 from sqlenv.eval.evaluation import subset
@@ -100,7 +100,7 @@ def main() -> None:
                 source, questions, db_dir=paths.DATABASES, env_config=config, settings=settings,
                 few_shot_pool=load_questions_file(paths.questions_file("train")) if pol.shots else (),
                 template_kwargs=chat_template_kwargs(paths.MODELS / "base"),
-                after_batch=trimmer,  # freed caches back to the OS: bounds the peak RSS (play_episodes)
+                after_batch=trimmer,  # freed caches back to the OS: bounds the peak RSS (play_rollouts)
             )  # fmt: skip
             described = settings.describe()
         wall = time.perf_counter() - start

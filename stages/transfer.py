@@ -27,7 +27,7 @@ from pipeline.params import load_params, section_dict
 from pipeline.results import log_result, write_result
 from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, log_dtype, stage_run
-from sqlenv.decode import GenerationSettings
+from sqlenv.sampling import GenerationSettings
 from sqlenv.dtype import choose_dtype
 from sqlenv.env.environment import EnvConfig
 from sqlenv.eval import transfer

@@ -12,6 +12,7 @@ and draw. (With `grpo.rollout_decoder: trl` TRL's own turn generation is scripte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import runpy
 
@@ -50,9 +51,10 @@ if __name__ == "__main__":
 
     import sqlenv.train.rollouts as rollouts
 
-    def turn_generator(model, gen, eos_ids, pad_id, draft_tokens):
-        return ReplayTurns(AutoTokenizer.from_pretrained(Path(model.config.name_or_path)), scripted_turn)
+    @contextlib.contextmanager
+    def model_generator(model, tokenizer, gen, eos_ids, **_):
+        yield ReplayTurns(AutoTokenizer.from_pretrained(Path(model.config.name_or_path)), scripted_turn)
 
-    rollouts.turn_generator = turn_generator  # the episode loop's turns (grpo.rollout_decoder: sqlenv)
+    rollouts.model_generator = model_generator  # the episode loop's turns (grpo.rollout_decoder: sqlenv)
     GRPOTrainer._generate_single_turn = scripted_single_turn  # TRL's own loop's turns (trl)
     runpy.run_module("stages.grpo", run_name="__main__", alter_sys=True)

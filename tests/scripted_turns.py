@@ -1,6 +1,6 @@
 """A `TurnGenerator` that replays scripted turn texts: GRPO's rollouts without a model's sampling.
 
-`EpisodeRollouts(make_generator=...)` (and `sqlenv.train.rollouts.turn_generator`, which the scripted stage
+`RolloutFunc(make_generator=...)` (and `sqlenv.train.rollouts.model_generator`, which the scripted stage
 replaces) build one per generation batch; `texts(key, turn, context)` says what episode `key` (its place in
 the batch) writes in its `turn`-th turn. Budgets cut a turn as a model's would be cut.
 """
@@ -33,5 +33,5 @@ class ReplayTurns:
 
 
 def replaying(tokenizer, texts: Callable[[int, int, Sequence[int]], str]):
-    """A `make_generator` for `EpisodeRollouts`: a fresh `ReplayTurns` per generation batch."""
+    """A `make_generator` for `RolloutFunc`: a fresh `ReplayTurns` per generation batch."""
     return lambda model, gen, eos_ids, pad_id, draft_tokens: ReplayTurns(tokenizer, texts)

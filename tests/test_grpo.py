@@ -432,7 +432,7 @@ COUNT_QUESTIONS = [
 
 def _scripted_generation(trainer, tokenizer):
     """Replace the model's sampling by scripted turns: rollout i of a batch plays SCRIPTS[i % 3], then
-    a plain reply, through whichever loop the trainer plays (`EpisodeRollouts`, or TRL's own, which passes
+    a plain reply, through whichever loop the trainer plays (`RolloutFunc`, or TRL's own, which passes
     only the rollouts that made a tool call, in order, to later turns)."""
     turns = [
         ['<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call><|im_end|>' % (n, json.dumps(a)) for n, a in s]

@@ -10,7 +10,8 @@ import pytest
 from import_graph import ROOT, imported_names, package_of
 
 PACKAGE = ROOT / "sqlenv"
-FOUNDATION = {"types", "files", "provenance", "chat_templates", "prompt_lookup", "decode", "episodes", "devices", "failures"}
+FOUNDATION = {"types", "files", "provenance", "chat_templates", "prompt_lookup", "sampling", "kv_cache", "decode",
+              "rendering", "episodes", "episode_loop", "devices", "failures"}
 # What each part of sqlenv/ may import (besides itself and the standard/third-party libraries), bottom up.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -21,9 +22,13 @@ ALLOWED: dict[str, set[str]] = {
     "dtype": set(),
     "devices": set(),
     "prompt_lookup": set(),
-    "decode": {"prompt_lookup"},
+    "sampling": set(),
+    "kv_cache": set(),
+    "decode": {"prompt_lookup", "sampling", "kv_cache"},
     "env": {"types"},
-    "episodes": {"types", "decode", "prompt_lookup", "env"},
+    "rendering": {"decode", "env"},
+    "episodes": {"types", "env"},
+    "episode_loop": {"types", "decode", "sampling", "prompt_lookup", "env", "rendering", "episodes"},
     "failures": {"types", "env"},
     "data": {"types", "files", "env"},
     "models": {"types", "files", "provenance", "chat_templates"},

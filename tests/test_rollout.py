@@ -12,20 +12,16 @@ import torch
 from fixtures_env import Q_COUNT, Q_FRANCE, Q_JOIN, QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
 
 from sqlenv.data.oracle import oracle_calls, play
-from sqlenv.decode import GenerationSettings, ModelGenerator, backbone
+from sqlenv.decode import ModelGenerator, backbone
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.env.trl_adapter import SQLAgentEnv, agent_env_class, tool_methods
-from sqlenv.episodes import (
-    Episode,
-    generation_eos_ids,
-    play_episodes,
-    prompt_token_ids,
-    rollout_chat_template,
-    tool_suffix_ids,
-)
-from sqlenv.eval.rollout import run_episodes
+from sqlenv.episode_loop import play_rollouts
+from sqlenv.episodes import Episode
+from sqlenv.eval.rollout import play_model
 from sqlenv.provenance import chat_template_kwargs
+from sqlenv.rendering import generation_eos_ids, prompt_token_ids, rollout_chat_template, tool_suffix_ids
+from sqlenv.sampling import GenerationSettings
 from sqlenv.train.tiny_model import build_tiny_model
 
 
@@ -103,6 +99,11 @@ class ScriptedGenerator:
         pass
 
 
+def play_records(*args, **kwargs):
+    """The records of `play_rollouts` (what evaluation keeps)."""
+    return [rollout.record for rollout in play_rollouts(*args, **kwargs)]
+
+
 def oracle_script(question, db_dir, lead: str = "") -> tuple[list, list[str]]:
     calls = oracle_calls(question, SQLEnv(db_dir).sandbox_for(question.db_id))
     return calls, [lead + turn_text(call) for call in calls] + [lead + prompts.FINAL_REPLY + "<|im_end|>"]
@@ -122,7 +123,7 @@ def test_scripted_episode_renders_exactly_like_the_chat_template(chat, concert_d
     script = [turn_text(*describes[:2], content="Two tables first."), *[turn_text(c) for c in calls[2:]]]
     script = [lead + t for t in script] + [lead + prompts.FINAL_REPLY + "<|im_end|>"]
     gen = ScriptedGenerator(tokenizer, {0: script})
-    (record,) = play_episodes(gen, tokenizer, [Q_JOIN], db_dir=concert_db_dir, progress=False,
+    (record,) = play_records(gen, tokenizer, [Q_JOIN], db_dir=concert_db_dir, progress=False,
                               chat_template_kwargs=chat.kwargs)
     assert record.correct and record.answered and record.parse_failures == 0
     # The generation prompt the model continues from: Qwen3 with thinking off already holds the empty think block.
@@ -160,7 +161,7 @@ def test_runner_transcript_equals_the_oracle_player(chat, concert_db_dir):
     tokenizer = chat.tokenizer
     for question in QUESTIONS:
         calls, script = oracle_script(question, concert_db_dir, chat.lead)
-        (record,) = play_episodes(
+        (record,) = play_records(
             ScriptedGenerator(tokenizer, {0: script}), tokenizer, [question], db_dir=concert_db_dir, progress=False,
             chat_template_kwargs=chat.kwargs,
         )
@@ -228,7 +229,7 @@ def test_tokens_and_messages_match_trl_grpo_tool_loop(chat, concert_db_dir):
     )
 
     gen = ScriptedGenerator(tokenizer, {0: script})
-    (record,) = play_episodes(gen, tokenizer, [Q_FRANCE], db_dir=concert_db_dir, progress=False,
+    (record,) = play_records(gen, tokenizer, [Q_FRANCE], db_dir=concert_db_dir, progress=False,
                               chat_template_kwargs=chat.kwargs)
     ours = gen.contexts[0][-1] + gen.completions[0][-1]
     assert ours == list(prompt_ids[0]) + trl_completion_ids[0]
@@ -313,7 +314,7 @@ def test_evaluator_ends_episodes_as_the_trl_rollout_does(chat, concert_db_dir, n
     env, trl_messages, trl_ids = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=turns,
                                               config=config, kwargs=chat.kwargs)
     gen = ScriptedGenerator(tokenizer, {0: list(script)})
-    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=config,
+    (record,) = play_records(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=config,
                               max_turns=turns, progress=False, chat_template_kwargs=chat.kwargs)
     assert _executed(record.messages[2:]) == _executed(trl_messages)
     assert record.reward == pytest.approx(env.get_reward())
@@ -345,7 +346,7 @@ def test_evaluator_matches_the_trl_rollout_in_every_environment_mode(chat, conce
     env, trl_messages, trl_ids = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=15, config=config,
                                               kwargs=chat.kwargs)
     gen = ScriptedGenerator(tokenizer, {0: list(script)})
-    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=config, progress=False,
+    (record,) = play_records(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=config, progress=False,
                               chat_template_kwargs=chat.kwargs)
     assert _executed(record.messages[2:]) == _executed(trl_messages)
     assert (record.answered, record.correct) == (env._episode["answered"], env._episode["correct"])
@@ -364,7 +365,7 @@ def test_over_long_tool_result_ends_the_episode_as_in_trl(chat, concert_db_dir):
     script = [chat.lead + turn_text(DESCRIBE), chat.lead + turn_text(RIGHT_COUNT)]
     env, trl_messages, _ = _trl_rollout(tokenizer, Q_COUNT, concert_db_dir, script, iterations=15,
                                         max_completion_length=40, kwargs=chat.kwargs)
-    (record,) = play_episodes(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
+    (record,) = play_records(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
                               db_dir=concert_db_dir, max_total_tokens=40, progress=False,
                               chat_template_kwargs=chat.kwargs)
     assert record.end_reason == "token budget" and not record.answered
@@ -382,7 +383,7 @@ def test_parse_failure_unknown_tool_and_calls_after_answer_are_counted(tokenizer
         turn_text(("describe", {"table_name": "singer"})),  # after the answer: executed and penalised
         "Done.<|im_end|>",  # the learned stop
     ]
-    (record,) = play_episodes(
+    (record,) = play_records(
         ScriptedGenerator(tokenizer, {0: script}), tokenizer, [Q_COUNT], db_dir=concert_db_dir, progress=False
     )
     tools = [m for m in record.messages if m["role"] == "tool"]
@@ -401,7 +402,7 @@ def test_parse_failure_unknown_tool_and_calls_after_answer_are_counted(tokenizer
 def test_a_turn_without_a_call_ends_the_episode(tokenizer, concert_db_dir):
     script = [turn_text(DESCRIBE), "I think there are five singers.<|im_end|>", turn_text(RIGHT_COUNT)]
     gen = ScriptedGenerator(tokenizer, {0: script})
-    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, progress=False)
+    (record,) = play_records(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, progress=False)
     assert not record.answered and record.end_reason == "no tool call"
     assert record.verdict_reason == "not answered (no tool call)"
     assert (record.turns, record.strict_call_turns, record.steps) == (2, 1, 1)
@@ -413,10 +414,10 @@ def test_lenient_parser_plays_json_written_as_text(tokenizer, concert_db_dir):
     fenced = '```json\n{"name": "query", "arguments": {"sql": "SELECT count(*) FROM singer"}}\n```<|im_end|>'
     bare = '{"name": "answer", "arguments": {"value": "5"}}<|im_end|>'
     script = [fenced, bare, "Done.<|im_end|>"]
-    (strict,) = play_episodes(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
+    (strict,) = play_records(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
                               db_dir=concert_db_dir, progress=False)
     assert strict.end_reason == "no tool call" and (strict.turns, strict.strict_call_turns, strict.lenient_call_turns) == (1, 0, 1)
-    (lenient,) = play_episodes(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
+    (lenient,) = play_records(ScriptedGenerator(tokenizer, {0: list(script)}), tokenizer, [Q_COUNT],
                                db_dir=concert_db_dir, progress=False, parser="lenient")
     assert lenient.correct and lenient.end_reason == "stopped"
     assert (lenient.turns, lenient.strict_call_turns, lenient.lenient_call_turns) == (2, 0, 2)
@@ -426,14 +427,14 @@ def test_lenient_parser_plays_json_written_as_text(tokenizer, concert_db_dir):
 def test_budgets_end_unanswered_episodes(tokenizer, concert_db_dir):
     describe = turn_text(DESCRIBE)
     # Turn budget: three turns with calls, never an answer.
-    (record,) = play_episodes(
+    (record,) = play_records(
         ScriptedGenerator(tokenizer, {0: [describe] * 3}),
         tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_turns=3, progress=False,
     )
     assert not record.answered and record.steps == 3 and record.parse_failures == 0
     assert record.verdict_reason == "not answered (turn budget)" and not record.budget_exhausted
     # The env's step budget, reached inside one turn of four calls: the other two are calls after the end.
-    (record,) = play_episodes(
+    (record,) = play_records(
         ScriptedGenerator(tokenizer, {0: [turn_text(*[("sample", {"table_name": "singer"})] * 4), "ok<|im_end|>"]}),
         tokenizer, [Q_COUNT], db_dir=concert_db_dir, env_config=EnvConfig(step_budget=2), progress=False,
     )
@@ -441,7 +442,7 @@ def test_budgets_end_unanswered_episodes(tokenizer, concert_db_dir):
     assert record.verdict_reason == "not answered (step budget)"
     # The token budget: the first tool result does not fit.
     gen = ScriptedGenerator(tokenizer, {0: [describe, describe]})
-    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_total_tokens=40, progress=False)
+    (record,) = play_records(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_total_tokens=40, progress=False)
     assert not record.answered and record.verdict_reason == "not answered (token budget)"
     assert len(gen.contexts[0]) == 1
 
@@ -452,11 +453,11 @@ def test_a_call_cut_off_by_the_token_budget_ends_the_episode_on_the_budget(token
     where = " OR ".join(f"name = 'singer {i}'" for i in range(40))
     script = [turn_text(DESCRIBE), turn_text(("query", {"sql": f"SELECT count(*) FROM singer WHERE {where}"}))]
     probe = ScriptedGenerator(tokenizer, {0: [*script, "Done.<|im_end|>"]})
-    play_episodes(probe, tokenizer, [Q_COUNT], db_dir=concert_db_dir, progress=False)
+    play_records(probe, tokenizer, [Q_COUNT], db_dir=concert_db_dir, progress=False)
     first_turn = len(probe.contexts[0][1]) - len(probe.contexts[0][0])  # the describe turn and its tool result
     assert len(probe.completions[0][1]) > 20  # the query turn is long enough to cut
     gen = ScriptedGenerator(tokenizer, {0: list(script)})
-    (record,) = play_episodes(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_total_tokens=first_turn + 10,
+    (record,) = play_records(gen, tokenizer, [Q_COUNT], db_dir=concert_db_dir, max_total_tokens=first_turn + 10,
                               progress=False)
     assert [len(c) for c in gen.completions[0]][1:] == [10]  # the query call was cut off after 10 tokens
     assert record.end_reason == "token budget" and record.verdict_reason == "not answered (token budget)"
@@ -484,7 +485,7 @@ def test_a_turn_handed_back_and_then_stopped_is_not_labelled_as_cut_off(tokenize
         def finish(self, key):
             pass
 
-    (record,) = play_episodes(HandingBack(), tokenizer, [Q_COUNT], db_dir=concert_db_dir,
+    (record,) = play_records(HandingBack(), tokenizer, [Q_COUNT], db_dir=concert_db_dir,
                               max_total_tokens=len(ids) + 2, progress=False)
     assert budgets == [[len(ids) + 2], [6]] and len(ids) > 6  # the whole turn is longer than the last budget
     assert record.end_reason == "no tool call" and record.tokens == len(ids)
@@ -496,7 +497,7 @@ def test_rolling_pool_keeps_batches_full_and_order(tokenizer, concert_db_dir):
         _, script = oracle_script(question, concert_db_dir)
         scripts[i] = script if i % 2 else [turn_text(DESCRIBE)] + script  # staggered episode lengths
     gen = ScriptedGenerator(tokenizer, scripts)
-    records = play_episodes(gen, tokenizer, QUESTIONS * 2, db_dir=concert_db_dir, batch_size=4, progress=False)
+    records = play_records(gen, tokenizer, QUESTIONS * 2, db_dir=concert_db_dir, batch_size=4, progress=False)
     assert [r.question_id for r in records] == [q.id for q in QUESTIONS * 2]
     assert all(r.correct for r in records)
     assert max(gen.batches) == 4 and gen.batches[:3] == [4, 4, 4]  # refilled as episodes finish
@@ -509,7 +510,7 @@ def test_batched_cached_and_sequential_runs_agree(chaotic_model, tokenizer, conc
     tokens (hence the same transcripts and verdicts). Each question twice: equal episodes in one batch.
     The random model never writes a call, so every turn is read as a `describe` call here: the episodes
     run several turns, which is what the caches must survive."""
-    import sqlenv.episodes as episodes
+    import sqlenv.episode_loop as episodes
 
     def every_turn_a_call(tokenizer, completion, prefix, tools, parser="strict"):
         content = tokenizer.decode(completion, skip_special_tokens=True)
@@ -520,14 +521,52 @@ def test_batched_cached_and_sequential_runs_agree(chaotic_model, tokenizer, conc
     questions = list(QUESTIONS) * 2
     common = dict(db_dir=concert_db_dir, env_config=EnvConfig(step_budget=3), max_new_tokens_per_turn=10,
                   progress=False)
-    sequential = run_episodes(chaotic_model, tokenizer, questions, batch_size=1, **common)
-    batched = run_episodes(chaotic_model, tokenizer, questions, batch_size=4, **common)
-    uncached = run_episodes(chaotic_model, tokenizer, questions, batch_size=4, reuse_cache=False, **common)
+    sequential = play_model(chaotic_model, tokenizer, questions, batch_size=1, **common)
+    batched = play_model(chaotic_model, tokenizer, questions, batch_size=4, **common)
+    uncached = play_model(chaotic_model, tokenizer, questions, batch_size=4, reuse_cache=False, **common)
     assert [r.to_dict() for r in batched] == [r.to_dict() for r in sequential]
     assert [r.to_dict() for r in uncached] == [r.to_dict() for r in sequential]
     assert [r.to_dict() for r in sequential[:3]] == [r.to_dict() for r in sequential[3:]]
     assert len({r.messages[2]["content"] for r in sequential[:3]}) == 3  # outputs depend on the question
     assert all(r.tokens > 10 and r.turns == 3 and r.end_reason == "turn budget" for r in sequential)
+
+
+# Greedy rollouts of `chaotic_model` (below), every turn read as a call: (prompt, completion, the model's tokens, turns,
+# end reason, sha256 of the JSON [prompt_ids, completion_ids, env_mask] cut to 16 hex digits), as the loop gave them
+# before it was reshaped into one state per rollout (same figures from the old and the new code).
+PINNED_GREEDY = {
+    "q_count": (529, 183, 30, 3, "turn budget", "d67df3464fe59d32"),
+    "q_france": (532, 183, 30, 3, "turn budget", "116ad438f0f47866"),
+    "q_join": (533, 183, 30, 3, "turn budget", "f13309c1826516c1"),
+}
+
+
+def test_greedy_rollouts_play_the_pinned_tokens(chaotic_model, tokenizer, concert_db_dir, monkeypatch):
+    """Greedy episodes of several turns (tool results in the context) through the decoder evaluation and GRPO
+    build (`model_generator`): their tokens are the pinned ones. The chaotic model's every token depends on its
+    whole context, so a change in rendering, caching, batching or token choice moves them."""
+    import hashlib
+
+    import sqlenv.episode_loop as episodes
+    from sqlenv.episode_loop import model_generator
+
+    def every_turn_a_call(tokenizer, completion, prefix, tools, parser="strict"):
+        content = tokenizer.decode(completion, skip_special_tokens=True)
+        call = {"type": "function", "function": {"name": "describe", "arguments": {"table_name": "singer"}}}
+        return {"role": "assistant", "content": content, "tool_calls": [call]}, False, False
+
+    monkeypatch.setattr(episodes, "parse_turn", every_turn_a_call)
+    config = EnvConfig(step_budget=3)
+    eos = generation_eos_ids(chaotic_model, tokenizer)
+    with model_generator(chaotic_model, tokenizer, GenerationSettings(), eos, system_prompt=None, env_config=config) as gen:
+        rollouts = play_rollouts(gen, tokenizer, list(QUESTIONS), db_dir=concert_db_dir, env_config=config,
+                                 max_new_tokens_per_turn=10, max_total_tokens=200, progress=False, batch_size=3)  # fmt: skip
+    got = {}
+    for r in rollouts:
+        blob = json.dumps([r.prompt_ids, r.completion_ids, r.env_mask]).encode()
+        got[r.record.question_id] = (len(r.prompt_ids), len(r.completion_ids), sum(r.env_mask), r.record.turns,
+                                     r.record.end_reason, hashlib.sha256(blob).hexdigest()[:16])  # fmt: skip
+    assert got == PINNED_GREEDY
 
 
 def _prompt_contexts(tokenizer, concert_db_dir) -> list[list[int]]:
@@ -713,7 +752,7 @@ def test_episodes_whose_turn_ended_do_not_wait_for_the_longest_turn(chaotic_mode
     episode against one episode at a time, and takes fewer decode steps than a batch that waits for its
     longest turn (the runner before: `generate` only)."""
     import sqlenv.decode as decode
-    import sqlenv.episodes as episodes
+    import sqlenv.episode_loop as episodes
     import sqlenv.eval.rollout as rollout
 
     def every_turn_a_call(tokenizer, completion, prefix, tools, parser="strict"):
@@ -738,7 +777,7 @@ def test_episodes_whose_turn_ended_do_not_wait_for_the_longest_turn(chaotic_mode
                 patch.setattr(decode.ModelGenerator, "generate_some", None)
             hook = chaotic_model.register_forward_pre_hook(lambda *_: steps.append(1))
             try:
-                records = run_episodes(chaotic_model, tokenizer, questions, batch_size=batch_size, **common)
+                records = play_model(chaotic_model, tokenizer, questions, batch_size=batch_size, **common)
             finally:
                 hook.remove()
         return [r.to_dict() for r in records], len(steps)
@@ -755,7 +794,7 @@ def test_episodes_whose_turn_ended_do_not_wait_for_the_longest_turn(chaotic_mode
 def test_after_batch_runs_after_every_batch(chaotic_model, tokenizer, concert_db_dir, monkeypatch):
     """Each batch call (a hand-back included) leaves per-episode caches of new sizes; glibc kept the memory
     they freed resident, and evaluate@base_3shot_n50 peaked at 7.1-8.6 GiB (5.2 with the heap trimmed).
-    `run_episodes(after_batch=...)` calls it after every batch call: the evaluation stage passes
+    `play_model(after_batch=...)` calls it after every batch call: the evaluation stage passes
     `sqlenv.train.heap.trim` (tests/test_stage_evaluate.py)."""
     import sqlenv.decode as decode
 
@@ -768,7 +807,7 @@ def test_after_batch_runs_after_every_batch(chaotic_model, tokenizer, concert_db
 
     monkeypatch.setattr(decode.ModelGenerator, "generate_some", generate_some)
     with torch.no_grad():
-        run_episodes(chaotic_model, tokenizer, list(QUESTIONS), db_dir=concert_db_dir, batch_size=2,
+        play_model(chaotic_model, tokenizer, list(QUESTIONS), db_dir=concert_db_dir, batch_size=2,
                      env_config=EnvConfig(step_budget=3), max_new_tokens_per_turn=8, progress=False,
                      after_batch=lambda: calls.append("after"))
     assert calls.count("batch") >= 2
@@ -827,7 +866,7 @@ def test_reserved_cache_grows_selects_rows_and_refuses_the_rest():
     keeps rows; operations it does not implement raise instead of desynchronising its buffers."""
     from transformers import DynamicCache
 
-    from sqlenv.decode import reserved_cache
+    from sqlenv.kv_cache import reserved_cache
 
     config = types.SimpleNamespace(num_hidden_layers=1)
     chunks = [(torch.randn(3, 2, n, 4), torch.randn(3, 2, n, 4)) for n in (2, 1, 3)]
@@ -849,21 +888,23 @@ def test_reserved_cache_grows_selects_rows_and_refuses_the_rest():
 
 @pytest.mark.parametrize(
     "settings",
-    [GenerationSettings(), GenerationSettings(do_sample=True, temperature=3.0, top_k=40, top_p=0.9, seed=7)],
-    ids=["greedy", "sampled"],
+    [GenerationSettings(), GenerationSettings(do_sample=True, temperature=3.0, top_k=40, top_p=0.9, seed=7),
+     GenerationSettings(repetition_penalty=1.5),
+     GenerationSettings(do_sample=True, temperature=3.0, top_p=0.95, min_p=0.02, repetition_penalty=1.3, seed=7)],
+    ids=["greedy", "sampled", "greedy-penalised", "sampled-min_p-penalised"],
 )
 def test_decoding_equals_hf_generate(chaotic_model, tokenizer, concert_db_dir, settings):
     """The runner's decode loop picks generate's tokens: greedy, and sampled from the same seed with the
-    same warpers (temperature, top-k, top-p)."""
+    same processors (repetition penalty over the whole context, temperature, top-k, top-p, min-p)."""
     from transformers import GenerationConfig
 
     ctx = _prompt_contexts(tokenizer, concert_db_dir)[0]
     eos = generation_eos_ids(chaotic_model, tokenizer)
-    sampling = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+    sampling = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, min_p=settings.min_p)
     config = GenerationConfig(
         max_new_tokens=12,
         do_sample=settings.do_sample,
-        repetition_penalty=1.0,
+        repetition_penalty=settings.repetition_penalty,
         eos_token_id=eos,
         pad_token_id=tokenizer.pad_token_id,
         **(sampling if settings.do_sample else {}),
@@ -877,10 +918,10 @@ def test_decoding_equals_hf_generate(chaotic_model, tokenizer, concert_db_dir, s
     reference = out[0, len(ctx) :].tolist()
     end = next((i + 1 for i, tok in enumerate(reference) if tok in eos), len(reference))
     assert ours == reference[:end]
-    if settings.do_sample:
+    if settings != GenerationSettings():
         with torch.no_grad():
             greedy = ModelGenerator(chaotic_model, GenerationSettings(), eos, tokenizer.pad_token_id)
-            assert ours != greedy.generate([0], [ctx], [12])[0]  # the sample is not the argmax path
+            assert ours != greedy.generate([0], [ctx], [12])[0]  # not the plain argmax path
 
 
 def test_greedy_choice_is_argmax_on_tied_bf16_logits():
@@ -943,7 +984,7 @@ def test_ngram_drafter_guesses_what_followed_the_latest_earlier_occurrence():
 def test_packed_attention_computes_what_sdpa_does(chaotic_model, tokenizer, concert_db_dir):
     """A several-token step over a cache with holes (the boolean [rows, 1, t, kv] mask a drafting step passes):
     `packed_sdpa` gives transformers' SDPA logits, and the model's own implementation is back afterwards."""
-    from sqlenv.decode import reserved_cache
+    from sqlenv.kv_cache import reserved_cache
     from sqlenv.prompt_lookup import PACKED_SDPA, packed_attention
 
     assert chaotic_model.config.num_key_value_heads < chaotic_model.config.num_attention_heads  # grouped heads
@@ -1024,17 +1065,22 @@ def test_drafted_steps_keep_exactly_the_greedy_tokens(chaotic_model, tokenizer, 
                 assert torch.allclose(v, layer.values[0], atol=1e-4, rtol=1e-4)
 
 
-def test_episodes_with_drafting_equal_episodes_without(chaotic_model, tokenizer, concert_db_dir):
-    """Whole episodes (several turns, the runner's hand-backs, the real n-gram guesses): the same records."""
+@pytest.mark.parametrize("gen", [GenerationSettings(), GenerationSettings(repetition_penalty=1.5)], ids=["greedy", "penalised"])
+def test_episodes_with_drafting_equal_episodes_without(chaotic_model, tokenizer, concert_db_dir, gen):
+    """Whole episodes (several turns, the runner's hand-backs, the real n-gram guesses): the same records; with a
+    repetition penalty too (each drafted position penalised by the tokens before it, guesses included)."""
     questions = list(QUESTIONS) * 2
     common = dict(db_dir=concert_db_dir, env_config=EnvConfig(step_budget=3), max_new_tokens_per_turn=12,
-                  batch_size=4, progress=False)
-    plain = run_episodes(chaotic_model, tokenizer, questions, **common)
+                  batch_size=4, progress=False, gen=gen)
+    plain = play_model(chaotic_model, tokenizer, questions, **common)
+    if gen.repetition_penalty != 1.0:
+        unpenalised = play_model(chaotic_model, tokenizer, questions, **{**common, "gen": GenerationSettings()})
+        assert [r.messages for r in plain] != [r.messages for r in unpenalised]
     widths: list[int] = []
     hook = chaotic_model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[1]),
                                                    with_kwargs=True)  # fmt: skip
     try:
-        drafted = run_episodes(chaotic_model, tokenizer, questions, draft_tokens=8, **common)
+        drafted = play_model(chaotic_model, tokenizer, questions, draft_tokens=8, **common)
     finally:
         hook.remove()
     assert [r.to_dict() for r in drafted] == [r.to_dict() for r in plain]

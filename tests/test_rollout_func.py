@@ -1,4 +1,4 @@
-"""GRPO's rollouts through the one episode loop (`EpisodeRollouts`, TRL's public `rollout_func`) against TRL's own
+"""GRPO's rollouts through the one episode loop (`RolloutFunc`, TRL's public `rollout_func`) against TRL's own
 `environment_factory` tool loop: the same scripted turns must give the same training batch.
 
 Both trainers are the stage's (`build_trainer`), one per `grpo.rollout_decoder`; the model's sampling is replaced
@@ -78,10 +78,27 @@ def trl_turns(tokenizer, script, prompt_count):
     return generate
 
 
-def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True):
+def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True, config: dict | None = None,
+                   edit_prompt=None, monkeypatch=None, script=None, recorder=None):
+    """One generation batch of the stage's trainer. `config`: GRPOConfig fields set before the trainer is built (the
+    generation settings TRL reads at its init); `edit_prompt(messages) -> messages`: the dataset rows' prompts as
+    TRL passes them, changed; `script`: other scripted turns (default `scripts`); `recorder(tokenizer)`: the rollout function's `make_generator`
+    instead of the replaying one."""
     from transformers import AutoTokenizer
 
+    import sqlenv.train.grpo as grpo
     from sqlenv.train.tiny_model import build_tiny_model
+
+    if config:
+        made = grpo.grpo_config
+
+        def grpo_config(*args, **kwargs):
+            out = made(*args, **kwargs)
+            for key, value in config.items():
+                setattr(out, key, value)
+            return out
+
+        monkeypatch.setattr(grpo, "grpo_config", grpo_config)
 
     tiny = build_tiny_model(tmp_path / "tiny", dtype="float32")
     questions = tmp_path / "train.jsonl"
@@ -97,7 +114,7 @@ def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True):
                             checkpoint_dir=tmp_path / "ck", policy=policy)  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     gold = oracle_calls(Q_COUNT, SQLEnv(db_dir).sandbox_for("concert"))[-1][1]
-    script = scripts(gold)
+    script = script or scripts(gold)
     if not scripted:  # the model samples; top_k=1 makes it the argmax, comparable token for token
         torch.manual_seed(0)  # a random tiny model's argmax is one token everywhere: make it depend on the context
         for name, weight in trainer.model.get_base_model().named_parameters():
@@ -106,11 +123,14 @@ def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True):
         trainer.top_k = trainer.generation_config.top_k = 1
     elif decoder == "sqlenv":
         assert trainer.rollout_func is not None
-        trainer.rollout_func.make_generator = replaying(tokenizer, lambda key, k, ctx: script[key][min(k, len(script[key]) - 1)])
+        trainer.rollout_func.make_generator = (recorder(tokenizer) if recorder else
+                                               replaying(tokenizer, lambda key, k, ctx: script[key][min(k, len(script[key]) - 1)]))
     else:
         assert trainer.rollout_func is None
         trainer._generate_single_turn = trl_turns(tokenizer, script, len(script))
     rows = [dict(row) for row in dataset_rows(QUESTIONS, settings.env.system_prompt) for _ in range(2)]  # as a loader yields
+    if edit_prompt is not None:
+        rows = [{**row, "prompt": edit_prompt(row["prompt"])} for row in rows]
     trainer.model.train()  # as inside trainer.train()
     batch = trainer._generate_and_score_completions(rows)
     logs = trainer._logs
@@ -120,6 +140,8 @@ def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True):
         "advantages": list(logs["advantages"]),
         "verdict": list(logs["extra"]["verdict"]),
         "pad": tokenizer.pad_token_id,
+        "trainer": trainer,
+        "transcripts": logs["extra"].get("messages"),
     }
 
 
@@ -165,3 +187,69 @@ def test_cached_decoder_with_drafting_gives_trls_generated_tokens(tmp_path, conc
         n = int(trl["completion_mask"][i].sum())
         assert int(ours["completion_mask"][i].sum()) == n
         assert ours["completion_ids"][i, :n].tolist() == trl["completion_ids"][i, :n].tolist(), f"rollout {i}"
+
+
+def test_rollout_func_applies_trls_repetition_penalty(tmp_path, monkeypatch, concert_db_dir):  # noqa: F811
+    """`repetition_penalty` set in GRPOConfig (and the same through `generation_kwargs`) is applied by the episode
+    loop's cached decoder as TRL's transformers generation applies it (`RepetitionPenaltyLogitsProcessor` over the
+    whole context): under sampling that picks the argmax (top_k=1), the same completion ids, which differ from the
+    unpenalised ones."""
+    penalty = {"repetition_penalty": 1.6}
+    ours = scripted_batch("sqlenv", tmp_path / "ours", concert_db_dir, scripted=False, config=penalty, monkeypatch=monkeypatch)
+    kwargs = scripted_batch("sqlenv", tmp_path / "kw", concert_db_dir, scripted=False,
+                            config={"generation_kwargs": penalty}, monkeypatch=monkeypatch)  # fmt: skip
+    trl = scripted_batch("trl", tmp_path / "trl", concert_db_dir, scripted=False, config=penalty, monkeypatch=monkeypatch)
+    plain = scripted_batch("sqlenv", tmp_path / "plain", concert_db_dir, scripted=False)
+    ids = {name: [b["batch"]["completion_ids"][i, : int(b["batch"]["completion_mask"][i].sum())].tolist() for i in range(6)]
+           for name, b in (("ours", ours), ("kwargs", kwargs), ("trl", trl), ("plain", plain))}  # fmt: skip
+    assert ids["ours"] == ids["trl"] and ids["kwargs"] == ids["trl"]
+    assert ids["ours"] != ids["plain"]
+
+
+def test_rollout_func_passes_min_p_and_refuses_what_it_cannot_apply(tmp_path, monkeypatch, concert_db_dir):  # noqa: F811
+    """GRPOConfig's `min_p` (and `generation_kwargs`, which override TRL's fields as in TRL) reach the cached
+    decoder's sampler; a `generation_kwargs` key the decoder cannot apply is refused by name, not ignored."""
+    seen = []
+
+    def recording(tokenizer):
+        from scripted_turns import ReplayTurns
+
+        def make(model, gen, eos_ids, pad_id, draft_tokens):
+            seen.append(gen)
+            return ReplayTurns(tokenizer, lambda key, k, ctx: "No call.<|im_end|>")
+
+        return make
+
+    config = {"min_p": 0.2, "repetition_penalty": 1.1, "generation_kwargs": {"top_p": 0.7}}
+    batch = scripted_batch("sqlenv", tmp_path / "a", concert_db_dir, config=config, monkeypatch=monkeypatch,
+                           script=[["No call.<|im_end|>"]] * 6, recorder=recording)  # fmt: skip
+    assert batch["batch"]["completion_ids"].size(0) == 6
+    (gen,) = seen
+    assert (gen.do_sample, gen.min_p, gen.repetition_penalty, gen.top_p) == (True, 0.2, 1.1, 0.7)
+    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
+        scripted_batch("sqlenv", tmp_path / "b", concert_db_dir, config={"generation_kwargs": {"no_repeat_ngram_size": 3}},
+                       monkeypatch=monkeypatch, script=[["No call.<|im_end|>"]] * 6)  # fmt: skip
+
+
+def test_rollout_func_plays_the_prompt_trl_passes(tmp_path, monkeypatch, concert_db_dir):  # noqa: F811
+    """The prompt TRL hands to `rollout_func` is what is played, not a rendering of the question record: a prompt
+    whose user message says something else (and a system prompt of its own) opens the rollout's tokens and its
+    transcript, the environment's first observation appended to the user message as TRL appends `reset()`'s."""
+    from transformers import AutoTokenizer
+
+    def edit(prompt):
+        return [{"role": "system", "content": "Own system prompt."},
+                {"role": "user", "content": "Answer briefly. " + prompt[-1]["content"].upper()}]  # fmt: skip
+
+    out = scripted_batch("sqlenv", tmp_path / "a", concert_db_dir, edit_prompt=edit, monkeypatch=monkeypatch)
+    batch = out["batch"]
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "a" / "tiny")
+    transcripts = out["transcripts"]
+    for i, messages in enumerate(transcripts):
+        question = QUESTIONS[i // 2]
+        assert messages[0] == {"role": "system", "content": "Own system prompt."}
+        assert messages[1]["content"].startswith("Answer briefly. " + question.question.upper())
+        assert "singer" in messages[1]["content"][len("Answer briefly. " + question.question):]  # the tables observed
+        ids = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
+        assert tokenizer.decode(ids).count("Answer briefly. " + question.question.upper()) == 1
+        assert "Own system prompt." in tokenizer.decode(ids)

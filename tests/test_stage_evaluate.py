@@ -139,7 +139,7 @@ def test_source_is_the_model_played_and_a_foreign_model_is_stale(workdir):
 
 def test_a_model_policy_returns_freed_heap_memory_after_every_batch(workdir, monkeypatch):
     """The stage passes a `sqlenv.train.heap.Trimmer` as `after_batch` (evaluate@base_3shot_n50: 7.1-8.6 GiB
-    untrimmed, 5.2 trimmed after every batch; `play_episodes` calls it,
+    untrimmed, 5.2 trimmed after every batch; `play_rollouts` calls it,
     tests/test_rollout.py::test_after_batch_runs_after_every_batch)."""
     import sys
 

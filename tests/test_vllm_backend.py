@@ -15,11 +15,11 @@ import torch
 from fixtures_env import QUESTIONS, concert_db_dir  # noqa: F401  (fixture)
 
 from sqlenv.data.oracle import oracle_calls
-from sqlenv.decode import GenerationSettings
+from sqlenv.sampling import GenerationSettings
 from sqlenv.env.environment import EnvConfig, SQLEnv
 from sqlenv.eval.harness import EvalSettings, play, result_document
-from sqlenv.episodes import generation_eos_ids
-from sqlenv.eval.rollout import run_episodes
+from sqlenv.eval.rollout import play_model
+from sqlenv.rendering import generation_eos_ids
 from sqlenv.eval.vllm_backend import VLLMGenerator, completion_ids, require_vllm, sampling_kwargs
 from sqlenv.train.tiny_model import build_tiny_model
 
@@ -120,6 +120,8 @@ def test_sampling_maps_temperature_top_p_top_k_and_seed():
     assert (kwargs["temperature"], kwargs["top_p"], kwargs["top_k"], kwargs["seed"]) == (0.7, 0.95, 0, 99)
     assert kwargs["max_tokens"] == 12 and kwargs["stop_token_ids"] == [IM_END]
     assert sampling_kwargs(gen, 12, [IM_END])["seed"] == 3  # no turn seed: the settings' seed
+    penalised = sampling_kwargs(GenerationSettings(do_sample=True, min_p=0.1, repetition_penalty=1.2), 5, [IM_END])
+    assert (penalised["min_p"], penalised["repetition_penalty"]) == (0.1, 1.2)  # as the HF decoder applies them
     with pytest.raises(ValueError, match="budget must be >= 1"):
         sampling_kwargs(gen, 0, [IM_END])
 
@@ -191,7 +193,8 @@ def chaotic_dir(tmp_path_factory, concert_db_dir) -> Path:  # noqa: F811
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sqlenv.episodes import Episode, ensure_response_parser, prompt_token_ids, rollout_chat_template
+    from sqlenv.episodes import Episode
+    from sqlenv.rendering import ensure_response_parser, prompt_token_ids, rollout_chat_template
 
     tiny = build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny32", dtype="float32")
     model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
@@ -249,8 +252,8 @@ def _both(chaotic_dir, concert_db_dir):  # noqa: F811
     common = {"db_dir": concert_db_dir, "env_config": EnvConfig(step_budget=4), "batch_size": 4,
               "max_new_tokens_per_turn": 8, "max_total_tokens": 400, "progress": False}  # fmt: skip
     questions = list(QUESTIONS) * 3
-    hf = run_episodes(model, tokenizer, questions, **common)
-    vllm = run_episodes(str(chaotic_dir), tokenizer, questions, backend="vllm", **common)
+    hf = play_model(model, tokenizer, questions, **common)
+    vllm = play_model(str(chaotic_dir), tokenizer, questions, backend="vllm", **common)
     return model, tokenizer, hf, vllm
 
 
@@ -306,9 +309,9 @@ def test_without_vllm_the_error_says_how_to_install_it(no_vllm, chaotic_dir, con
 
     tokenizer = AutoTokenizer.from_pretrained(chaotic_dir)
     with pytest.raises(ImportError, match="needs vLLM"):
-        run_episodes(str(chaotic_dir), tokenizer, QUESTIONS, db_dir=concert_db_dir, backend="vllm", progress=False)
+        play_model(str(chaotic_dir), tokenizer, QUESTIONS, db_dir=concert_db_dir, backend="vllm", progress=False)
     with pytest.raises(ValueError, match="backend must be one of"):
-        run_episodes(str(chaotic_dir), tokenizer, QUESTIONS, db_dir=concert_db_dir, backend="VLLM", progress=False)
+        play_model(str(chaotic_dir), tokenizer, QUESTIONS, db_dir=concert_db_dir, backend="VLLM", progress=False)
 
 
 def test_an_unknown_backend_is_refused():
@@ -375,9 +378,9 @@ def test_real_vllm_greedy_verdicts_equal_hf_on_the_tiny_model(tmp_path, scripted
     common = {"db_dir": concert_db_dir, "env_config": EnvConfig(step_budget=4), "batch_size": 4,
               "max_new_tokens_per_turn": 16, "max_total_tokens": 256, "progress": False}  # fmt: skip
     questions = list(QUESTIONS) * 4
-    vllm = run_episodes(str(tmp_path / "chaotic"), tokenizer, questions, backend="vllm", **common,
+    vllm = play_model(str(tmp_path / "chaotic"), tokenizer, questions, backend="vllm", **common,
                         llm_kwargs={"dtype": "float32", "gpu_memory_utilization": 0.3, "enforce_eager": True})  # fmt: skip
-    hf = run_episodes(model.to("cuda"), tokenizer, questions, **common)
+    hf = play_model(model.to("cuda"), tokenizer, questions, **common)
 
     def verdict(r):
         return (r.question_id, r.answered, r.correct, r.verdict_reason, r.end_reason)

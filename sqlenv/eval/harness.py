@@ -2,7 +2,7 @@
 
 What the `evaluate` stage and `sqlenv eval` share, so a number from either means the same thing:
 `play` loads the model, builds the few-shot system prompt when asked, and plays every question through
-`rollout.run_episodes` (ended exactly as a TRL GRPO rollout ends); `result_document` is the
+`rollout.play_model` (ended exactly as a TRL GRPO rollout ends); `result_document` is the
 `metrics.json` both write beside `samples.jsonl` — the metrics (`evaluation.episode_metrics`) with
 everything needed to tell two results apart: the model's fingerprint, the question set, the parser,
 the shots, the budgets, the decoding and its backend (`hf` or `vllm`), the verifier version.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlenv.data.questions import load_questions_file  # noqa: F401  (re-exported: the harness's inputs)
-from sqlenv.decode import GenerationSettings
+from sqlenv.sampling import GenerationSettings
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.tool_calls import PARSERS
 from sqlenv.env.verifier import VERIFIER_VERSION
@@ -133,10 +133,10 @@ def play(
 
     `few_shot_pool` holds the (training) questions the examples come from when `settings.shots` > 0.
     `template_kwargs` are extra chat-template variables (Qwen3's `enable_thinking`); `after_batch` is
-    called after every batch of decoding (`run_episodes`; the evaluation stage returns freed heap memory).
+    called after every batch of decoding (`play_model`; the evaluation stage returns freed heap memory).
     """
     from sqlenv.data.few_shot import few_shot_examples, few_shot_system_prompt
-    from sqlenv.eval.rollout import run_episodes
+    from sqlenv.eval.rollout import play_model
     from sqlenv.provenance import model_fingerprint
 
     model_dir = Path(model_dir)
@@ -153,7 +153,7 @@ def play(
         examples = few_shot_examples(few_shot_pool, settings.shots, db_dir=db_dir, env_config=env_config,
                                      seed=settings.few_shot_seed)  # fmt: skip
         system_prompt = few_shot_system_prompt(settings.shots, examples, system=env_config.system_prompt)
-    records = run_episodes(
+    records = play_model(
         model, tokenizer, questions, db_dir=db_dir, env_config=env_config, gen=settings.gen,
         system_prompt=system_prompt, batch_size=settings.batch_size, max_total_tokens=settings.max_total_tokens,
         chat_template_kwargs=template_kwargs or None, parser=settings.parser, progress=progress,

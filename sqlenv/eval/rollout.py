@@ -1,33 +1,28 @@
-"""Model evaluation's episodes: `run_episodes` plays questions greedily (or seeded sampling) through the one
-episode loop, `sqlenv.episodes.play_rollouts`, which GRPO's rollouts also play, so an evaluated episode is
-rendered and ended exactly as a training rollout (see `sqlenv.episodes` for the rules).
+"""Model evaluation's episodes: `play_model` plays questions greedily (or seeded sampling) through the one
+episode loop, `sqlenv.episode_loop.play_rollouts`, which GRPO's rollouts also play, with the same decoder
+(`sqlenv.episode_loop.model_generator`), so an evaluated episode is rendered and ended exactly as a training
+rollout (see `sqlenv.episodes` and `sqlenv.episode_loop` for the rules).
 
-What is evaluation's own: the decoder (`ModelGenerator` on the model's device, or vLLM's offline engine through
-`sqlenv.eval.vllm_backend.VLLMGenerator`), greedy by default with the caller's RNG left alone, the shared
-system prompt encoded once per run, and no generation after the turn budget (it cannot change a verdict).
+What is evaluation's own: greedy decoding by default with the caller's RNG left alone, the model in eval mode, vLLM's
+offline engine as the other backend (`sqlenv.eval.vllm_backend.VLLMGenerator`), and no generation after the turn
+budget (it cannot change a verdict). `run_episodes` is `play_model`'s former name (deprecated).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from sqlenv.decode import GenerationSettings, ModelGenerator
 from sqlenv.env.environment import EnvConfig
-from sqlenv.episodes import (
-    ensure_response_parser,
-    generation_eos_ids,
-    play_episodes,
-    rollout_chat_template,
-    shared_prompt_prefix,
-)
-from sqlenv.prompt_lookup import packed_attention
+from sqlenv.episode_loop import model_generator, play_rollouts
+from sqlenv.rendering import ensure_response_parser, generation_eos_ids
+from sqlenv.sampling import GenerationSettings
 from sqlenv.types import EpisodeRecord, Question
 
 
-def run_episodes(
+def play_model(
     model: Any,
     tokenizer: Any,
     questions: Sequence[Question],
@@ -54,7 +49,7 @@ def run_episodes(
     `batch_size` episodes run at once (1 = one at a time, through the very same code). `max_turns`
     defaults to the env's step budget; `max_total_tokens` bounds everything after the prompt (TRL's
     `max_completion_length`), `max_new_tokens_per_turn` (optional) one completion; `parser` reads the calls
-    (`sqlenv.env.tool_calls`); `after_batch` is called after every batch call (`play_episodes`). Greedy
+    (`sqlenv.env.tool_calls`); `after_batch` is called after every batch call (`play_rollouts`). Greedy
     decoding (the default) picks the same tokens from the same logits, but bf16 logits on a CPU are not
     always bit-identical from one process to the next. Six runs of evaluate@grpo_phase1_n50 with the same
     weights and decoding (Intel Xeon, AMX; only how often the heap was trimmed varied, which does not
@@ -62,7 +57,7 @@ def run_episodes(
     (a near-tie token, then everything after it; 20 against 19 right). Sampling is seeded by `gen.seed` and
     leaves the caller's RNG state alone.
 
-    `backend` decodes: "hf" — `model` is a transformers model, decoded by `ModelGenerator` (`reuse_cache`:
+    `backend` decodes: "hf" — `model` is a transformers model, decoded by `model_generator` (`reuse_cache`:
     its KV caches; `draft_tokens` > 0: each decode step also checks that many tokens guessed from each
     episode's own context, kept as greedy decoding would or, sampling, by speculative sampling;
     `sqlenv.prompt_lookup`); "vllm" — `model` is the model folder, loaded and decoded by vLLM's offline
@@ -81,21 +76,30 @@ def run_episodes(
     import torch
 
     eos_ids = generation_eos_ids(model, tokenizer)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     was_training = model.training
     model.eval()
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad(), packed_attention(model) if draft_tokens else nullcontext():
-            generator = ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=reuse_cache, draft_tokens=draft_tokens)
+        with (
+            torch.random.fork_rng(devices=[]),
+            model_generator(model, tokenizer, gen, eos_ids, system_prompt=system_prompt, env_config=env_config,
+                            chat_template_kwargs=chat_template_kwargs, reuse_cache=reuse_cache,
+                            draft_tokens=draft_tokens) as generator,
+        ):  # fmt: skip
             torch.manual_seed(gen.seed)
-            if reuse_cache:
-                template = rollout_chat_template(tokenizer)
-                generator.encode_prefix(shared_prompt_prefix(tokenizer, system_prompt, template, chat_template_kwargs,
-                                                             env_config))  # fmt: skip
             max_positions = getattr(model.config, "max_position_embeddings", None)
-            return play_episodes(generator, tokenizer, questions, max_positions=max_positions, **play)
+            return _records(play_rollouts(generator, tokenizer, questions, max_positions=max_positions, **play))
     finally:
         model.train(was_training)
+
+
+def run_episodes(*args: Any, **kwargs: Any) -> list[EpisodeRecord]:
+    """Deprecated: `play_model`'s former name."""
+    warnings.warn("sqlenv.eval.rollout.run_episodes is now play_model", DeprecationWarning, stacklevel=2)
+    return play_model(*args, **kwargs)
+
+
+def _records(rollouts: Sequence[Any]) -> list[EpisodeRecord]:
+    return [rollout.record for rollout in rollouts]
 
 
 def _run_vllm(
@@ -106,7 +110,7 @@ def _run_vllm(
     llm_kwargs: dict[str, Any] | None,
     **play: Any,
 ) -> list[EpisodeRecord]:
-    """`run_episodes` on vLLM: the stop ids and the context length come from the folder's configs, as the
+    """`play_model` on vLLM: the stop ids and the context length come from the folder's configs, as the
     HF backend reads them off the loaded model, so both backends stop and end episodes alike."""
     from types import SimpleNamespace
 
@@ -124,4 +128,4 @@ def _run_vllm(
     eos_ids = generation_eos_ids(SimpleNamespace(generation_config=generation_config), tokenizer)
     max_positions = getattr(config, "max_position_embeddings", None)
     generator = VLLMGenerator.from_folder(model_dir, gen, eos_ids, max_model_len=max_positions, llm_kwargs=llm_kwargs)
-    return play_episodes(generator, tokenizer, questions, max_positions=max_positions, **play)
+    return _records(play_rollouts(generator, tokenizer, questions, max_positions=max_positions, **play))

@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlenv.decode import GenerationSettings, ModelGenerator, TurnGenerator
+from sqlenv.decode import ModelGenerator, TurnGenerator
 from sqlenv.env import prompts
 from sqlenv.env.execution_match import ex_sql, execution_verdict, order_matters
 from sqlenv.env.sandbox import Sandbox, SandboxLimits
+from sqlenv.sampling import GenerationSettings
 from sqlenv.types import EpisodeRecord, Question, db_file, stable_hash
 
 SYSTEM_PROMPT = (
@@ -149,7 +150,7 @@ def play_text_to_sql(
     import torch
     from tqdm.auto import tqdm
 
-    from sqlenv.episodes import generation_eos_ids
+    from sqlenv.rendering import generation_eos_ids
 
     if shots < 0:
         raise ValueError(f"shots must be >= 0, got {shots}")

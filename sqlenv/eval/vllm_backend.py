@@ -1,6 +1,6 @@
 """The next turn of many episodes from vLLM's offline engine: a `TurnGenerator` for `evaluate.backend: vllm`.
 
-`sqlenv.episodes.play_rollouts` asks a `TurnGenerator` for the next completion ids of the running
+`sqlenv.episode_loop.play_rollouts` asks a `TurnGenerator` for the next completion ids of the running
 episodes, each with its whole context and token budget. `VLLMGenerator` answers each turn with ONE
 `vllm.LLM.generate` over those contexts as token ids (`{"prompt_token_ids": ...}`, never re-tokenised
 text), so the episode loop, the tool-call parsing and the token bookkeeping stay the ones the HF backend
@@ -15,8 +15,9 @@ The mapping (`sampling_kwargs`) of `GenerationSettings` onto `vllm.SamplingParam
   backend draws from torch's one seeded stream instead: sampled episodes are reproducible per backend,
   never equal across them (greedy ones are meant to be; a GPU test checks);
 - `max_tokens` = the episode's budget; `stop_token_ids` = the runner's stop ids (the tokenizer's eos and
-  the model's generation eos, as `GRPOTrainer` collects them); `repetition_penalty=1`, `min_p=0`: given
-  SamplingParams, vLLM applies no generation_config defaults, and the HF loop applies no penalty either;
+  the model's generation eos, as `GRPOTrainer` collects them); `repetition_penalty` and `min_p` (sampling) are
+  the settings' (1 and 0 by default: given SamplingParams, vLLM applies no generation_config defaults, and
+  the HF loop applies only what the settings say);
 - `detokenize=False`: the runner decodes the ids itself (TRL's `parse_response`), text would be wasted.
 
 Stop tokens: vLLM appends each sampled token to the request's output before it checks for a stop
@@ -36,7 +37,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlenv.decode import GenerationSettings
+from sqlenv.sampling import GenerationSettings
 
 BACKENDS = ("hf", "vllm")  # evaluate.backend; plain words that survive YAML 1.1 and DVC's -S rewriting
 INSTALL_HINT = 'pip install -e ".[vllm]" (TRL 1.16\'s vllm extra: vllm 0.22-0.31, a CUDA build)'
@@ -73,14 +74,14 @@ def sampling_kwargs(
         "n": 1,
         "max_tokens": budget,
         "stop_token_ids": list(stop_ids),
-        "repetition_penalty": 1.0,
+        "repetition_penalty": gen.repetition_penalty,
         "min_p": 0.0,
         "detokenize": False,
     }
     if not gen.do_sample:
         return {**kwargs, "temperature": 0.0}
     return {**kwargs, "temperature": gen.temperature, "top_p": gen.top_p, "top_k": gen.top_k,
-            "seed": gen.seed if seed is None else seed}  # fmt: skip
+            "min_p": gen.min_p or 0.0, "seed": gen.seed if seed is None else seed}  # fmt: skip
 
 
 def completion_ids(output: Any, stop_ids: Sequence[int]) -> list[int]:
@@ -107,7 +108,7 @@ class VLLMGenerator:
 
     `llm` is a `vllm.LLM` (or anything with its `generate(prompts, sampling_params=..., use_tqdm=...)`);
     `from_folder` builds one for a model folder. `max_model_len`, when given, caps each budget at what the
-    engine's context has left (vLLM would stop there anyway; `play_episodes` ends such an episode next).
+    engine's context has left (vLLM would stop there anyway; `play_rollouts` ends such an episode next).
     """
 
     def __init__(self, llm: Any, gen: GenerationSettings, eos_ids: Sequence[int], max_model_len: int | None = None):

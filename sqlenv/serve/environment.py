@@ -42,7 +42,7 @@ from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig, GoldQueryError
 from sqlenv.env.sandbox import SandboxError
 from sqlenv.env.trl_adapter import SQLAgentEnv, agent_env_class, tool_functions
-from sqlenv.types import Question
+from sqlenv.types import Question, verdict
 
 NAME = "sqlenv"
 
@@ -210,7 +210,7 @@ class SQLServeEnvironment(Environment[Action, Observation, SQLState]):
         self._state.reward, self._state.reward_components = env.total_reward, env.reward_components
         metadata: dict[str, Any] = {"reward_total": env.total_reward}  # the episode's so far: no extra state request
         if env.done:
-            self._state.verdict = "correct" if env.correct else ("wrong" if env.answered else "unanswered")
+            self._state.verdict = verdict(env.answered, env.correct)
             metadata.update(verdict=self._state.verdict, reward_components=env.reward_components, steps=env.steps)
         return CallToolObservation(tool_name=name, result=text, done=env.done, reward=env.total_reward - before,
                                    metadata=metadata)  # fmt: skip

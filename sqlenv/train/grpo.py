@@ -13,7 +13,7 @@ What this module builds, and what it guards:
   number of micro-batches; accumulation is raised to the smallest value that satisfies both, and
   `steps_per_generation` equals it, so one generation feeds exactly one optimizer step (on-policy).
 - Rollouts (`grpo.rollout_decoder`, resolved by the device policy, `sqlenv.devices`): `sqlenv` plays every
-  rollout through the one episode loop evaluation plays (`sqlenv.train.rollouts.EpisodeRollouts`, TRL's
+  rollout through the one episode loop evaluation plays (`sqlenv.train.rollouts.RolloutFunc`, TRL's
   public `rollout_func`); `trl` leaves them to TRL's own `environment_factory` tool loop (TRL's or vLLM's
   generation). A test replays scripted turns through both and compares ids, mask, rewards and verdicts.
 - Rewards: the environment owns the optimised reward, weight 1, named after the adapter class
@@ -67,7 +67,7 @@ from sqlenv.provenance import chat_template_kwargs
 from sqlenv.train.checkpointing import activation_checkpointing
 from sqlenv.train.processes import world_size
 from sqlenv.devices import GRPOPolicy, grpo_policy
-from sqlenv.types import Question, strict_kwargs
+from sqlenv.types import Question, strict_kwargs, verdict
 
 STAGES = {1: "grpo_phase1", 2: "grpo_phase2"}
 # How TRL names the environment's get_reward column: after the adapter class, one per answer mode.
@@ -231,16 +231,12 @@ def episode_diagnostics(
     }
 
 
-def verdict(episode: Mapping[str, Any]) -> str:
-    return "correct" if episode["correct"] else ("wrong" if episode["answered"] else "unanswered")
-
-
 def _episodes(name: str, environments: Any, episode: Any) -> list[Mapping[str, Any]]:
     """Each rollout's `SQLEnv.summary`: the rollout_func's `episode` field, or (TRL's loop) the adapters' own."""
     if episode is not None:
         return list(episode)
     if environments is None:
-        raise ValueError(f"reward {name!r} needs GRPOTrainer(rollout_func=EpisodeRollouts(...)) or "
+        raise ValueError(f"reward {name!r} needs GRPOTrainer(rollout_func=RolloutFunc(...)) or "
                          "GRPOTrainer(environment_factory=SQLAgentEnv...)")  # fmt: skip
     return [env._episode for env in environments]  # the adapter's diagnostics hook (a property, so not a tool)
 
@@ -261,7 +257,7 @@ def _component_reward(name: str, report: bool) -> Callable[..., list[float]]:
                     log_metric("tools/failure_frequency", sum(e["tool_failures"] for e in episodes) / calls if calls else 0.0)
             if log_extra is not None:
                 log_extra("question_id", [e["question_id"] for e in episodes])
-                log_extra("verdict", [verdict(e) for e in episodes])
+                log_extra("verdict", [verdict(e["answered"], e["correct"]) for e in episodes])
                 log_extra("env_steps", [e["steps"] for e in episodes])
                 log_extra("calls_after_end", [e["calls_after_end"] for e in episodes])
                 if transcript is not None:  # the played episode, tables and tool results included
@@ -283,7 +279,7 @@ def env_reward_func(env_class: type) -> Callable[..., list[float]]:
 
     def reward(episode=None, **_):
         if episode is None:
-            raise ValueError("the environment's reward needs GRPOTrainer(rollout_func=EpisodeRollouts(...))")
+            raise ValueError("the environment's reward needs GRPOTrainer(rollout_func=RolloutFunc(...))")
         return [float(e["reward"]) for e in episode]
 
     reward.__name__ = reward.__qualname__ = env_class.__name__
@@ -400,7 +396,7 @@ def build_trainer(
 ):
     """The phase's GRPOTrainer over the real environment (model loaded from `model_path` in `settings.dtype`).
 
-    `policy` (default: this machine's, `phase_policy`) says who plays the rollouts (`EpisodeRollouts` through
+    `policy` (default: this machine's, `phase_policy`) says who plays the rollouts (`RolloutFunc` through
     TRL's `rollout_func`, or TRL's `environment_factory` loop), which log-prob passes run, and the precision."""
     from datasets import Dataset
     from peft import LoraConfig
@@ -433,10 +429,10 @@ def build_trainer(
     from sqlenv.train.adapters import skip_casts_under_autocast
     from sqlenv.train.grpo_trainer import SQLAgentGRPOTrainer
     from sqlenv.train.heap import trim_callback
-    from sqlenv.train.rollouts import EpisodeRollouts
+    from sqlenv.train.rollouts import RolloutFunc
 
     if policy.rollout_decoder == "sqlenv":
-        rollouts = {"rollout_func": EpisodeRollouts(db_dir=db_dir, env_config=settings.env, draft_tokens=settings.draft_tokens)}
+        rollouts = {"rollout_func": RolloutFunc(db_dir=db_dir, env_config=settings.env, draft_tokens=settings.draft_tokens)}
     else:
         rollouts = {"environment_factory": functools.partial(agent_env_class(settings.env), db_dir=str(db_dir), config=settings.env)}
     set_seed(settings.seed)

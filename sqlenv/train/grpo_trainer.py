@@ -80,7 +80,7 @@ def sampler_epoch_callback(trainer: Any):
 class SQLAgentGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose first `few_shot_steps` steps see worked examples in the system prompt, whose training
     order after a resume is that of an uninterrupted run (`EpochRepeatSampler`), which hands each generation
-    batch's dataset rows to its `rollout_func` (`rollout_rows`: `sqlenv.train.rollouts.EpisodeRollouts`), and
+    batch's dataset rows to its `rollout_func` (`rollout_rows`: `sqlenv.train.rollouts.RolloutFunc`), and
     whose log-prob passes may run per rollout after the step's shared prompt prefix (`shared_prefix`).
 
     Private TRL methods it overrides, each for a reason docs/performance.md lists with its guarding test:

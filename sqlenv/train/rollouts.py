@@ -1,9 +1,9 @@
-"""GRPO's rollouts through TRL 1.16's public seam, `GRPOTrainer(rollout_func=EpisodeRollouts(...))`.
+"""GRPO's rollouts through TRL 1.16's public seam, `GRPOTrainer(rollout_func=RolloutFunc(...))`.
 
-TRL calls the rollout function once per generation batch with the batch's prompts (each question's
-`[system, user]`, repeated `num_generations` times) and the trainer. `EpisodeRollouts` plays every rollout
-through the one episode loop evaluation also plays (`sqlenv.episodes.play_rollouts`), with the policy's
-sampled turns from a KV-cached decoder (`turn_generator`), and returns what TRL trains on:
+TRL calls the rollout function once per generation batch with the batch's prompts (each dataset row's `prompt`,
+repeated `num_generations` times) and the trainer. `RolloutFunc` plays every rollout through the one episode
+loop evaluation also plays (`sqlenv.episode_loop.play_rollouts`), with the policy's sampled turns from the same
+cached decoder (`sqlenv.episode_loop.model_generator`), and returns what TRL trains on:
 
 - `prompt_ids`, `completion_ids`: the rollout's tokens, every turn and tool result after the prompt;
 - `env_mask`: 0 on the environment's tokens (tool results and the next assistant header), 1 on the model's;
@@ -13,7 +13,11 @@ sampled turns from a KV-cached decoder (`turn_generator`), and returns what TRL 
   hands to the reward functions (`sqlenv.train.grpo.reward_funcs`): the environment's reward, each reward
   component, diagnostics and transcripts come from there.
 
-The questions behind the prompts are the batch's dataset rows, which the trainer hands over
+What is played is what TRL passes: each prompt as it comes (the first observation appended to its last message,
+as TRL appends `reset()`'s), sampled with TRL's generation settings (`temperature`, `top_p`, `top_k`, `min_p`,
+`repetition_penalty`, and `generation_kwargs` over them, as `GRPOTrainer` builds its generation config; a
+`generation_kwargs` key the decoder cannot apply is refused: `sqlenv.sampling`). The questions behind the
+prompts (database, gold answer) are the batch's dataset rows, which the trainer hands over
 (`SQLAgentGRPOTrainer.rollout_rows`): two questions may share a text in different databases.
 
 What the rollouts are, token for token, is what TRL's own `environment_factory` loop produces for the same
@@ -27,23 +31,30 @@ prompt-lookup guesses by speculative sampling (each token distributed as without
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlenv.decode import GenerationSettings, ModelGenerator, TurnGenerator
+from sqlenv.decode import TurnGenerator
 from sqlenv.env.environment import EnvConfig
-from sqlenv.episodes import play_rollouts, rollout_chat_template, shared_prompt_prefix
+from sqlenv.episode_loop import model_generator, play_rollouts
+from sqlenv.sampling import GenerationSettings
 from sqlenv.types import Question
 
 
-def turn_generator(model: Any, gen: GenerationSettings, eos_ids: list[int], pad_id: int, draft_tokens: int) -> TurnGenerator:
-    """The decoder of a generation batch's turns: `ModelGenerator` with per-rollout KV caches (tests replace it)."""
-    return ModelGenerator(model, gen, eos_ids, pad_id, reuse_cache=True, draft_tokens=draft_tokens)
+def generation_settings(trainer: Any) -> GenerationSettings:
+    """The sampling TRL's own generation would use: its fields, updated by `args.generation_kwargs` as
+    `GRPOTrainer.__init__` updates its generation config (ValueError for a key the decoder cannot apply)."""
+    base = {name: getattr(trainer, name) for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")}
+    return GenerationSettings.from_generation_kwargs(base, getattr(trainer.args, "generation_kwargs", None))
 
 
-class EpisodeRollouts:
-    """A `rollout_func` for `GRPOTrainer`: each generation batch played through `sqlenv.episodes.play_rollouts`."""
+class RolloutFunc:
+    """A `rollout_func` for `GRPOTrainer`: each generation batch played through `sqlenv.episode_loop.play_rollouts`.
+
+    `make_generator(model, gen, eos_ids, pad_id, draft_tokens) -> TurnGenerator`: another decoder (tests replay
+    scripted turns with one); default the cached decoder, `model_generator`."""
 
     def __init__(self, *, db_dir: str | Path, env_config: EnvConfig, draft_tokens: int = 0,
                  make_generator: Callable[..., TurnGenerator] | None = None):  # fmt: skip
@@ -53,38 +64,29 @@ class EpisodeRollouts:
         self.make_generator = make_generator
 
     def __call__(self, prompts: Sequence[list[dict[str, Any]]], trainer: Any) -> dict[str, Any]:
-        import torch
         from trl.models.utils import unwrap_model_for_generation
-
-        from sqlenv.prompt_lookup import packed_attention
 
         rows = getattr(trainer, "rollout_rows", None)
         if rows is None or len(rows) != len(prompts):
-            raise RuntimeError("EpisodeRollouts needs the batch's dataset rows (SQLAgentGRPOTrainer.rollout_rows)")
+            raise RuntimeError("RolloutFunc needs the batch's dataset rows (SQLAgentGRPOTrainer.rollout_rows)")
         questions = [Question.from_dict(row) for row in rows]
-        systems = {p[0]["content"] for p in prompts}
-        if len(systems) != 1 or any(p[0]["role"] != "system" or len(p) != 2 for p in prompts):
-            raise ValueError("every prompt of a batch must be [system, user] with one system prompt")
-        system = systems.pop()
         tokenizer = trainer.processing_class
-        gen = GenerationSettings(do_sample=True, temperature=trainer.temperature, top_p=trainer.top_p, top_k=trainer.top_k or 0)
-        eos_ids, pad_id = list(trainer.eos_token_ids), tokenizer.pad_token_id
+        gen = generation_settings(trainer)
+        eos_ids = list(trainer.eos_token_ids)
         kwargs = dict(trainer.chat_template_kwargs or {})
+        # the prefix every rollout shares, encoded once: the batch's system prompt and the tool schemas
+        first = prompts[0][0] if prompts and prompts[0] else {}
+        system = first.get("content") if first.get("role") == "system" else None
         args = trainer.args
         with (
             unwrap_model_for_generation(
                 trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
             ) as model,
-            torch.no_grad(),
-            packed_attention(model) if self.draft_tokens else contextlib.nullcontext(),
+            self._generator(model, tokenizer, gen, eos_ids, system, kwargs) as generator,
         ):  # fmt: skip
-            generator = (self.make_generator or turn_generator)(model, gen, eos_ids, pad_id, self.draft_tokens)
-            encode_prefix = getattr(generator, "encode_prefix", None)
-            if encode_prefix is not None:  # the system prompt + tool schemas, once for the batch
-                encode_prefix(shared_prompt_prefix(tokenizer, system, rollout_chat_template(tokenizer), kwargs, self.env_config))
             rollouts = play_rollouts(
-                generator, tokenizer, questions, db_dir=self.db_dir, env_config=self.env_config, system_prompt=system,
+                generator, tokenizer, questions, db_dir=self.db_dir, env_config=self.env_config, prompts=prompts,
                 batch_size=len(questions), max_turns=trainer.max_tool_calling_iterations,
                 max_total_tokens=trainer.max_completion_length,
                 max_positions=getattr(model.config, "max_position_embeddings", None), progress=False,
@@ -98,3 +100,23 @@ class EpisodeRollouts:
             "episode": [r.summary for r in rollouts],
             "transcript": [r.record.messages for r in rollouts],
         }
+
+    @contextlib.contextmanager
+    def _generator(self, model: Any, tokenizer: Any, gen: GenerationSettings, eos_ids: list[int], system: str | None,
+                   kwargs: dict[str, Any]) -> Iterator[TurnGenerator]:  # fmt: skip
+        if self.make_generator is None:
+            with model_generator(model, tokenizer, gen, eos_ids, system_prompt=system, env_config=self.env_config,
+                                 chat_template_kwargs=kwargs, draft_tokens=self.draft_tokens) as generator:  # fmt: skip
+                yield generator
+            return
+        import torch
+
+        with torch.no_grad():
+            yield self.make_generator(model, gen, eos_ids, tokenizer.pad_token_id, self.draft_tokens)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EpisodeRollouts":  # deprecated: `RolloutFunc`'s former name
+        warnings.warn("sqlenv.train.rollouts.EpisodeRollouts is now RolloutFunc", DeprecationWarning, stacklevel=2)
+        return RolloutFunc
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
