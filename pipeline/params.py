@@ -133,7 +133,7 @@ class GRPOParams:
     activation_checkpointing: Literal["auto", True, False]
     shared_prefix: Literal["auto", True, False]
     rollout_decoder: Literal["auto", "sqlenv", "trl"]
-    draft_tokens: int
+    draft_tokens: Literal["auto"] | int
     mask_truncated_completions: bool
 
 
@@ -282,7 +282,13 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(inner[0], value, key, source)
+        wanted = []  # e.g. Literal["auto"] | int: the first member that takes the value
+        for member in inner:
+            try:
+                return _coerce(member, value, key, source)
+            except ParamsError as exc:
+                wanted.append(str(exc).split(" must be ", 1)[-1].rsplit(", got ", 1)[0])
+        raise ParamsError(f"{source}: '{key}' must be {' or '.join(wanted)}, got {value!r}")
     # bool is a subclass of int: reject True for an int knob and 1 for a bool knob.
     if tp is bool:
         if not isinstance(value, bool):

@@ -14,7 +14,8 @@ What this module builds, and what it guards:
   `steps_per_generation` equals it, so one generation feeds exactly one optimizer step (on-policy).
 - Rollouts (`grpo.rollout_decoder`, resolved by the device policy, `sqlenv.devices`): `sqlenv` plays every
   rollout through the one episode loop evaluation plays (`sqlenv.train.rollouts.RolloutFunc`, TRL's
-  public `rollout_func`); `trl` leaves them to TRL's own `environment_factory` tool loop (TRL's or vLLM's
+  public `rollout_func`), drafting `grpo.draft_tokens` per decode step (`auto`: the policy's, 8 on a CPU and
+  0 on a GPU); `trl` leaves them to TRL's own `environment_factory` tool loop (TRL's or vLLM's
   generation). A test replays scripted turns through both and compares ids, mask, rewards and verdicts.
 - Rewards: the environment owns the optimised reward, weight 1, named after the adapter class
   (`SQLAgentEnv`): with `trl`, TRL appends `SQLAgentEnv.get_reward` as the last reward function; with
@@ -118,7 +119,7 @@ class PhaseSettings:
     few_shot_steps: int
     use_vllm: str  # none | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
     rollout_decoder: str  # auto | sqlenv (the episode loop, TRL's rollout_func) | trl (TRL's environment_factory loop)
-    draft_tokens: int  # sqlenv: tokens guessed per rollout and decode step, checked by speculative sampling
+    draft_tokens: str | int  # auto (the device policy) | n: tokens the sqlenv loop guesses per rollout and decode step (0: off)
     mask_truncated_completions: bool  # TRL's: a rollout cut off at max_completion_length leaves the loss
     shared_prefix: str | bool  # auto | true | false: log-prob passes without padding, after the step's shared prompt prefix (one process)
     activation_checkpointing: str | bool  # auto (on when computing in float32) | true | false (`train.checkpointing`)
@@ -134,8 +135,11 @@ def phase_settings(sections: Mapping[str, Any], phase: int) -> PhaseSettings:
     phase's own, merged key by key (the two hold disjoint keys; a test ties the fields to the params)."""
     stage = STAGES[phase]
     g, p = sections["grpo"], sections[stage]
-    if g["few_shot_steps"] < 0 or g["draft_tokens"] < 0 or g["checkpoint_every"] < 1 or p["max_steps"] < 1:
-        raise ValueError("grpo.few_shot_steps and grpo.draft_tokens must be >= 0, grpo.checkpoint_every and max_steps >= 1")
+    draft = g["draft_tokens"]
+    if draft != "auto" and (type(draft) is not int or draft < 0):
+        raise ValueError(f"grpo.draft_tokens must be auto or a whole number >= 0, got {draft!r}")
+    if g["few_shot_steps"] < 0 or g["checkpoint_every"] < 1 or p["max_steps"] < 1:
+        raise ValueError("grpo.few_shot_steps must be >= 0, grpo.checkpoint_every and max_steps >= 1")
     # A key lives in one section, except `beta`: grpo.beta is GRPO's KL coefficient, and a phase's own
     # beta (not null) overrides it (params.yaml: phase 1 uses grpo.beta, phase 2 keeps the recipe's 0.0).
     both = set(g) & set(p) - {"beta"}
@@ -310,7 +314,7 @@ def phase_policy(settings: PhaseSettings) -> GRPOPolicy:
 
     return grpo_policy(cuda=torch.cuda.is_available(), processes=world_size(), use_vllm=settings.use_vllm,
                        dtype=settings.dtype, rollout_decoder=settings.rollout_decoder,
-                       shared_prefix=settings.shared_prefix)  # fmt: skip
+                       shared_prefix=settings.shared_prefix, draft_tokens=settings.draft_tokens)  # fmt: skip
 
 
 def grpo_config(settings: PhaseSettings, checkpoint_dir: str | os.PathLike[str], template_kwargs: Mapping[str, Any] | None = None,
@@ -397,7 +401,8 @@ def build_trainer(
     """The phase's GRPOTrainer over the real environment (model loaded from `model_path` in `settings.dtype`).
 
     `policy` (default: this machine's, `phase_policy`) says who plays the rollouts (`RolloutFunc` through
-    TRL's `rollout_func`, or TRL's `environment_factory` loop), which log-prob passes run, and the precision."""
+    TRL's `rollout_func`, or TRL's `environment_factory` loop), how many tokens that loop drafts, which log-prob
+    passes run, the precision and the heap trims: the builder follows it, not the settings' `auto` knobs."""
     from datasets import Dataset
     from peft import LoraConfig
 
@@ -432,7 +437,8 @@ def build_trainer(
     from sqlenv.train.rollouts import RolloutFunc
 
     if policy.rollout_decoder == "sqlenv":
-        rollouts = {"rollout_func": RolloutFunc(db_dir=db_dir, env_config=settings.env, draft_tokens=settings.draft_tokens)}
+        # drafting as the policy says: on a CPU by default, on a GPU only where grpo.draft_tokens sets a count
+        rollouts = {"rollout_func": RolloutFunc(db_dir=db_dir, env_config=settings.env, draft_tokens=policy.draft_tokens)}
     else:
         rollouts = {"environment_factory": functools.partial(agent_env_class(settings.env), db_dir=str(db_dir), config=settings.env)}
     set_seed(settings.seed)

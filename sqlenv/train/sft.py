@@ -30,6 +30,11 @@ peft merges the whole 151,936-row matrix on every forward for those ~13 rows; tr
 `training_patches`, whose `train.trainable_rows.sparse_trainable_rows` trains them without such copies (the same
 loss and LoRA gradients; bench/bench_sft.py --vary trainable_rows: 0.82x the seconds a step on the Intel Xeon).
 
+The device policy (`sqlenv.devices.sft_policy`, the `SFT` rows of docs/gpu.md's table) decides SFT's CPU
+mechanisms: the LM-head patch (`trl_patches.compact_lm_head`) and the heap trims after each step run on a CPU
+only. peft's input cast to the fp32 LoRA adapters is kept (GRPO skips it under its loss-only autocast): in SFT
+skipping it measured 0.91x the peak and 0.91x the seconds a step, under the project's bar for a private name.
+
 What this does not do: write the final folder atomically (the caller owns the destination; the `sft`
 stage wraps it in `pipeline.io.atomic_dir`), or log anywhere but through the trainer's `report_to`.
 """
@@ -53,9 +58,11 @@ from sqlenv.provenance import (
     read_provenance,
     untrained_token_ids,
 )
+from sqlenv.devices import SFTPolicy, sft_policy
 from sqlenv.train.checkpointing import activation_checkpointing
 from sqlenv.train.merge import TOOL_TAGS, save_trained, tag_rows
 from sqlenv.decode import common_prefix_length
+from sqlenv.train.processes import world_size
 from sqlenv.train.shared_prefix import (
     SharedPrefix,
     replayable_under_checkpointing,
@@ -223,33 +230,42 @@ def trainable_token_ids(model_path: str | os.PathLike[str], tokenizer: Any) -> l
     return sorted(ids)
 
 
+def machine_policy() -> SFTPolicy:
+    """The device policy's SFT choices on this machine (`sqlenv.devices`)."""
+    import torch
+
+    return sft_policy(cuda=torch.cuda.is_available(), processes=world_size())
+
+
 def build_trainer(
     model_path: str | os.PathLike[str],
     dataset: Any,
     config: TrainConfig,
     output_dir: str | os.PathLike[str],
     callbacks: Sequence[Any] = (),
+    policy: SFTPolicy | None = None,
 ):
-    """An SFTTrainer over `dataset` (from `build_dataset`) for the model folder `model_path`.
+    """An SFTTrainer over `dataset` (from `build_dataset`) for the model folder `model_path`; `policy` (default:
+    this machine's, `machine_policy`) says whether the heap is trimmed after each step.
 
     The model is loaded in `config.dtype` (bf16 or float32, whichever `model.dtype: auto` measured faster on
     this CPU; TRL would load float32 from a path). Activation checkpointing, on by default in TRL, follows
     `config.activation_checkpointing` (`sqlenv.train.checkpointing`: by default on in float32 only, where
     the memory is; in bf16 it would add a forward pass to every step: measured on the 6 longest episodes,
-    ~1,400 tokens: 7.3 GB peak and 30 s a step without, 3.9 GB and 42 s with). The heap is trimmed after every step
-    (`sqlenv.train.heap`), so freed activations do not pile up (default run: 9.8 GB peak before, 8.5 GB
-    after). In bf16 the Trainer runs the model under autocast, where peft's cast of each LoRA input to the
-    fp32 adapters is undone at once: `sqlenv.train.adapters` skips it (6 longest episodes: 6.45 -> 5.87 GB
-    peak, 29.1 -> 26.4 s a step, the same loss; default run 7.7 GB). Nothing is saved under `output_dir`
+    ~1,400 tokens: 7.3 GB peak and 30 s a step without, 3.9 GB and 42 s with). On a CPU the heap is trimmed after
+    every step (`sqlenv.train.heap`), so freed activations do not pile up (default run: 9.8 GB peak before, 8.5 GB
+    after). In bf16 the Trainer runs the model under autocast; peft's cast of each LoRA input to the fp32 adapters
+    stays (skipping it, `sqlenv.train.adapters`, saved 0.91x the peak and the time of a step: under the bar for a
+    private name, so only GRPO's loss-only autocast uses it). Nothing is saved under `output_dir`
     (`save_strategy="no"`).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import SFTConfig, SFTTrainer
 
-    from sqlenv.train.adapters import skip_casts_under_autocast
     from sqlenv.train.heap import trim_callback
 
+    policy = policy or machine_policy()
     checkpointing = activation_checkpointing(config.activation_checkpointing, config.dtype)
     # The LoRA matrices are initialised here, before the Trainer seeds anything: seed first, so the
     # same params give the same adapters whatever the process did before.
@@ -269,8 +285,6 @@ def build_trainer(
         )
         model = get_peft_model(model, peft_config)
         _expose_head_bias(model)
-        skip_casts_under_autocast(model)  # bf16 runs under autocast: no fp32 adapter-input copies
-    on_cpu = not torch.cuda.is_available()
     args = SFTConfig(
         output_dir=str(output_dir),
         assistant_only_loss=True,
@@ -289,7 +303,7 @@ def build_trainer(
         seed=config.seed,
         data_seed=config.seed,
         bf16=config.dtype == "bfloat16",
-        use_cpu=on_cpu,
+        use_cpu=policy.device.startswith("cpu"),
         activation_checkpointing=checkpointing,  # (transformers 5.24's name of gradient_checkpointing)
         dataloader_num_workers=0,
         disable_tqdm=False,
@@ -299,7 +313,7 @@ def build_trainer(
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[trim_callback(), *callbacks],
+        callbacks=[trim_callback(), *callbacks] if policy.heap_trim else list(callbacks),  # glibc, on a CPU
         shared_prefix=config.shared_prefix,
     )
 
@@ -405,11 +419,15 @@ class SFTResult:
 
 
 @contextlib.contextmanager
-def training_patches(model: Any, sparse_rows: bool = True) -> Iterator[None]:
-    """What SFT's `trainer.train()` runs inside, in the stage and the benchmarks: TRL's fused LM head scores the
-    labelled positions only (`trl_patches.compact_lm_head`), and the trainable token rows train without
-    whole-vocabulary copies (`trainable_rows.sparse_trainable_rows`; `sparse_rows=False`: peft's own path, for A/Bs)."""
-    with compact_lm_head(), (sparse_trainable_rows(model) if sparse_rows else contextlib.nullcontext()):
+def training_patches(model: Any, sparse_rows: bool = True, policy: SFTPolicy | None = None) -> Iterator[None]:
+    """What SFT's `trainer.train()` runs inside, in the stage and the benchmarks: where `policy` (default: this
+    machine's) says so (a CPU), TRL's fused LM head scores the labelled positions only (`trl_patches.compact_lm_head`);
+    and the trainable token rows train without whole-vocabulary copies (`trainable_rows.sparse_trainable_rows`;
+    `sparse_rows=False`: peft's own path, for A/Bs)."""
+    policy = policy or machine_policy()
+    with (compact_lm_head() if policy.compact_lm_head else contextlib.nullcontext()), (
+        sparse_trainable_rows(model) if sparse_rows else contextlib.nullcontext()
+    ):
         yield
 
 
@@ -433,10 +451,11 @@ def train_sft(
     chosen = select_examples(records, config.max_examples, config.seed)
     # Rendered with the variables GRPO and evaluation use for this model (Qwen3: enable_thinking).
     dataset, stats = build_dataset(chosen, tokenizer, config.max_length, chat_template_kwargs(model_path))
-    trainer = build_trainer(model_path, dataset, config, output_dir, callbacks)
+    policy = machine_policy()
+    trainer = build_trainer(model_path, dataset, config, output_dir, callbacks, policy=policy)
     before = tag_rows(trainer.model, tokenizer)
     t0 = time.monotonic()
-    with training_patches(trainer.model):
+    with training_patches(trainer.model, policy=policy):
         output = trainer.train()
     wall = time.monotonic() - t0
     curve = loss_curve(trainer.state.log_history)
