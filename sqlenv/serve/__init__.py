@@ -4,8 +4,10 @@ stack); nothing else in sqlenv imports this package.
 
 - `environment`: `SQLServeEnvironment`, one session's episodes over the server's questions (same adapter, tools and
   rewards as training), with OpenEnv's MCP actions and task API.
-- `app`: the FastAPI app (`create_fastapi_app` / `create_web_interface_app`) and `serve`, which runs it with uvicorn.
-- `web`: the page for people at `/web`.
+- `app`: the FastAPI app (OpenEnv's `create_fastapi_app`, production mode) and `serve`, which runs it with uvicorn.
+- `sessions`: the `--max-sessions` slots shared by socket and page sessions, and the idle clock that closes a session
+  silent past `--session-timeout` and tells its client `SESSION_EXPIRED` (an ASGI middleware around OpenEnv's app).
+- `web`: the page for people at `/web`, one counted session per browser session.
 - `client`: `SQLEnvClient` (OpenEnv's `EnvClient`, async with `.sync()`) and `RemoteSQLAgentEnv`, the four tools for
   `GRPOTrainer(environment_factory=...)` played on a server.
 """
