@@ -11,7 +11,7 @@ nothing is written to a local path (`make test` checks this against a real `mlfl
 
 The experiment carries `mlflow.experimentKind` = `custom_model_development`, so the MLflow UI opens it in
 its model-training view. A stage stopped by SIGINT (Ctrl-C; `dvc queue kill` sends it to the experiment's
-process group; `--force` sends SIGKILL, which nothing can catch) or SIGTERM (a shutdown) ends its run KILLED and
+process group; `--force` SIGKILLs DVC's executor alone, not the stage) or SIGTERM (a shutdown) ends its run KILLED and
 exits 130 / 143, also when its parent had the signal ignored (a job started in the background).
 
 Tags on every run: `stage`, `git_commit` (+ `git_dirty`), `dvc_exp_name`,

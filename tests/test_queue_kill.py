@@ -4,7 +4,7 @@ A throw-away git + DVC project with one stage whose command runs a stage body un
 (the code path every real stage uses) against a SQLite MLflow store, and sleeps until it is stopped. It is queued
 with `dvc exp run --queue`, run by a real celery worker (`dvc queue start`) and stopped with `dvc queue kill`,
 which interrupts the experiment's process group with SIGINT (dvc-task's `ProcessManager.interrupt`; `--force`
-would send SIGKILL to the executor alone, which no stage can catch). The queue is started with SIGINT ignored,
+SIGKILLs DVC's executor alone and leaves the stage running). The queue is started with SIGINT ignored,
 as it is under a background job (`nohup make test &`, a non-interactive shell's `&`)."""
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def test_dvc_queue_kill_ends_the_stage_run_killed(tmp_path):
     (repo / "params.yaml").write_text("seed: 0\n")
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     pid_file = tmp_path / "sleeper.pid"
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("MLFLOW_RUN_ID", "DVC_ROOT", "DVC_EXP_NAME", "SQLENV_PIPELINE_RUN", "SQLENV_PARAMS")}  # fmt: skip
+    inherited = ("MLFLOW_RUN_ID", "DVC_ROOT", "DVC_EXP_NAME", "SQLENV_PIPELINE_RUN", "SQLENV_PARAMS")
+    env = {key: value for key, value in os.environ.items() if key not in inherited}
     env.update(
         PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
         PYTHONPATH=str(ROOT), MLFLOW_TRACKING_URI=store, SLEEPER_PID_FILE=str(pid_file), DVC_NO_ANALYTICS="1",
@@ -95,8 +95,10 @@ def test_dvc_queue_kill_ends_the_stage_run_killed(tmp_path):
     try:
         # The worker it spawns keeps the inherited stdout open: a pipe would wait for the worker to exit.
         with log.open("w") as out:
-            started = subprocess.run(["dvc", "queue", "start"], cwd=repo, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=out, stderr=subprocess.STDOUT, timeout=60, preexec_fn=_ignore_sigint)  # fmt: skip
+            started = subprocess.run(
+                ["dvc", "queue", "start"], cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, timeout=60, preexec_fn=_ignore_sigint,
+            )
         assert started.returncode == 0, log.read_text()
         pid = int(_wait_for("the queued stage to start its MLflow run", lambda: pid_file.is_file()
                             and pid_file.read_text(), timeout=45, proc_log=log))  # fmt: skip
