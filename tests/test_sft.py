@@ -537,13 +537,20 @@ def test_sparse_trainable_rows_hands_back_peft_and_trl_on_exit(tiny, tokenizer, 
 def test_sparse_trainable_rows_leaves_an_embedding_it_does_not_cover_to_peft(tiny, tokenizer, world, monkeypatch):
     """An embedding the sparse lookup does not cover (one that scales its output, as Gemma3's does) runs peft's own
     forward, with the merged matrix's gradient: the trained rows' gradient stays that of peft's path. Fails if the
-    head's gradient-free copy leaks into that forward (the embedding's share of the rows' gradient is then lost)."""
+    sparse lookup takes the scaled embedding (its loss is then the unscaled one), or if the head's gradient-free copy
+    leaks into that forward (the embedding's share of the rows' gradient is then lost)."""
     from sqlenv.train.trainable_rows import sparse_trainable_rows
 
     trainer = _one_trajectory_trainer(tiny, tokenizer, world)
     batch = trainer.data_collator([trainer.train_dataset[0]])
-    embedding = trainer.model.get_input_embeddings().token_adapter
-    monkeypatch.setattr(embedding, "_get_embed_scale", lambda: torch.tensor(1.0))  # scaled by 1: the same values
+    base = trainer.model.get_input_embeddings().token_adapter.base_layer
+
+    class Scaled(torch.nn.Embedding):  # as Gemma3's: the lookup times `embed_scale`, which peft's own path applies
+        def forward(self, x):
+            return super().forward(x) * self.embed_scale
+
+    monkeypatch.setattr(base, "__class__", Scaled)
+    monkeypatch.setattr(base, "embed_scale", 2.0, raising=False)
     with compact_lm_head():
         loss_dense, grads_dense = _loss_and_grads(trainer, batch)
         with sparse_trainable_rows(trainer.model):

@@ -29,8 +29,9 @@ Library internals relied on, checked on entry (a clear error, and the tests fail
 `TrainableTokensLayer` (`token_indices`, `trainable_tokens_delta`, `base_layer`, `forward_adapters`,
 `get_merged_weights`, `merged`, `disable_adapters`, `active_adapters`) and `TrainableTokensWrapper._getattr_wrapped`
 (the tied head's `weight` read), and `trl.trainer.utils._ChunkedLogProbFunction`
-with its `forward` arguments (`_LOGPROB_ARGUMENTS`). Not for several active token adapters or a merged one (peft's
-own path then), nor a head with a bias or a logit softcap (refused).
+with its `forward` arguments (`_LOGPROB_ARGUMENTS`). Not for several active token adapters or a merged one, nor an
+embedding other than `torch.nn.Embedding` itself (peft's own path then), nor a head with a bias or a logit softcap
+(refused).
 """
 
 from __future__ import annotations
@@ -142,8 +143,9 @@ def _forward_adapters(layer: Any, x: Any, active_adapters: Any, *args: Any, **kw
     import torch.nn.functional as F
 
     base = layer.base_layer
-    plain = isinstance(base, torch.nn.Embedding) and base.max_norm is None and not base.sparse
-    plain = plain and not base.scale_grad_by_freq and layer._get_embed_scale() is None
+    # Exactly torch's embedding, whose forward is the lookup below: a subclass may scale or change its output (Gemma3's
+    # multiplies by `embed_scale`), and takes peft's own path, which knows such layers.
+    plain = type(base) is torch.nn.Embedding and base.max_norm is None and not base.sparse and not base.scale_grad_by_freq
     if not (plain and _sparse(layer, active_adapters)):
         return type(layer).forward_adapters(layer, x, active_adapters, *args, **kwargs)
     state = _state(layer)
