@@ -121,7 +121,7 @@ def prepare_transfer(
     """Write the transfer set into `out_dir` (an empty folder) and return its manifest.
 
     `ids`: a committed ids document (`read_ids`), or None to draw `n` from the folder with `seed`.
-    `limit`: keep only the first `limit` questions of the set (0: all; the smoke profile's knob).
+    `limit`: keep a hardness-stratified `limit` of the set (0: all; the smoke profile's knob).
     A missing folder gives a manifest with `skipped` and nothing else written."""
     from sqlenv.eval.harness import load_spider_questions  # the loader + oracle gate of `sqlenv eval --data`
 
@@ -138,7 +138,7 @@ def prepare_transfer(
     else:
         chosen, missing = draw(pool, n, seed), []
     if limit:
-        chosen = chosen[:limit]
+        chosen = draw(chosen, limit, seed)  # a stratified subset of the set (the smoke profile, a slow CPU)
     if not chosen:
         raise ValueError(f"none of the transfer set's {len(ids['keys']) if ids else n} questions is in "
                          f"{Path(spider_dir) / questions_file} (set transfer.ids: null to draw from this folder)")
