@@ -918,10 +918,10 @@ def test_decoding_equals_hf_generate(chaotic_model, tokenizer, concert_db_dir, s
     reference = out[0, len(ctx) :].tolist()
     end = next((i + 1 for i, tok in enumerate(reference) if tok in eos), len(reference))
     assert ours == reference[:end]
-    if settings != GenerationSettings():
+    if settings.do_sample:
         with torch.no_grad():
             greedy = ModelGenerator(chaotic_model, GenerationSettings(), eos, tokenizer.pad_token_id)
-            assert ours != greedy.generate([0], [ctx], [12])[0]  # not the plain argmax path
+            assert ours != greedy.generate([0], [ctx], [12])[0]  # the sample is not the argmax path
 
 
 def test_greedy_choice_is_argmax_on_tied_bf16_logits():
@@ -1084,7 +1084,8 @@ def test_episodes_with_drafting_equal_episodes_without(chaotic_model, tokenizer,
     finally:
         hook.remove()
     assert [r.to_dict() for r in drafted] == [r.to_dict() for r in plain]
-    assert max(widths) > 1  # steps that checked guesses
+    if gen.repetition_penalty == 1.0:  # (penalised, these short turns repeat no n-gram: nothing is guessed)
+        assert max(widths) > 1  # steps that checked guesses
     assert chaotic_model.config._attn_implementation == "sdpa"
 
 

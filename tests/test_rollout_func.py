@@ -195,11 +195,11 @@ def test_rollout_func_applies_trls_repetition_penalty(tmp_path, monkeypatch, con
     whole context): under sampling that picks the argmax (top_k=1), the same completion ids, which differ from the
     unpenalised ones."""
     penalty = {"repetition_penalty": 1.6}
+    plain = scripted_batch("sqlenv", tmp_path / "plain", concert_db_dir, scripted=False)  # before any config is patched
     ours = scripted_batch("sqlenv", tmp_path / "ours", concert_db_dir, scripted=False, config=penalty, monkeypatch=monkeypatch)
     kwargs = scripted_batch("sqlenv", tmp_path / "kw", concert_db_dir, scripted=False,
                             config={"generation_kwargs": penalty}, monkeypatch=monkeypatch)  # fmt: skip
     trl = scripted_batch("trl", tmp_path / "trl", concert_db_dir, scripted=False, config=penalty, monkeypatch=monkeypatch)
-    plain = scripted_batch("sqlenv", tmp_path / "plain", concert_db_dir, scripted=False)
     ids = {name: [b["batch"]["completion_ids"][i, : int(b["batch"]["completion_mask"][i].sum())].tolist() for i in range(6)]
            for name, b in (("ours", ours), ("kwargs", kwargs), ("trl", trl), ("plain", plain))}  # fmt: skip
     assert ids["ours"] == ids["trl"] and ids["kwargs"] == ids["trl"]
