@@ -45,6 +45,7 @@ from typing import Any
 from sqlenv.env import prompts
 from sqlenv.env.environment import EnvConfig
 from sqlenv.env.trl_adapter import agent_env_class, tool_methods
+from sqlenv.failures import diagnose
 from sqlenv.types import EpisodeRecord, Question
 
 
@@ -198,7 +199,7 @@ class Episode:
         """The finished episode as an EpisodeRecord (see the module docstring for the counts)."""
         env = self._sql
         reason = env.verdict_reason if env.answered else f"not answered ({self.end_reason or 'unfinished'})"
-        return EpisodeRecord(
+        record = EpisodeRecord(
             question_id=self.question.id,
             db_id=self.question.db_id,
             hardness=self.question.hardness,
@@ -220,6 +221,8 @@ class Episode:
             lenient_call_turns=self.lenient_call_turns,
             end_reason=self.end_reason,
         )
+        record.failure = diagnose(record, env.gold.rows if env.gold is not None else None).to_dict()
+        return record
 
 
 def _stored_assistant(message: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:

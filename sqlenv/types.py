@@ -173,7 +173,9 @@ class EpisodeRecord:
     fit), `budget_exhausted` whether the step budget was used up; `turns`, `strict_call_turns`,
     `lenient_call_turns` and `end_reason` are filled by model rollouts (`sqlenv.eval.rollout`).
     `value_correct` is set in the sql answer mode only: whether the value verifier accepts the submitted
-    SQL's rows (`correct` is then execution accuracy); None in the value mode.
+    SQL's rows (`correct` is then execution accuracy); None in the value mode. `failure` is why the episode
+    ended as it did (`sqlenv.failures.Diagnosis.to_dict()`), written by the episode loop with the gold rows
+    at hand; empty where nothing wrote it (it can be read off the transcript later).
     """
 
     question_id: str
@@ -196,6 +198,7 @@ class EpisodeRecord:
     lenient_call_turns: int = 0
     end_reason: str = ""
     value_correct: bool | None = None
+    failure: dict[str, Any] = field(default_factory=dict)  # `sqlenv.failures.diagnose`: outcome and habits
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

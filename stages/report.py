@@ -31,6 +31,7 @@ from sqlenv.eval.policies import POLICIES
 from sqlenv.provenance import model_fingerprint
 from sqlenv.report.markdown import machine_description, render_report
 from sqlenv.report.plots import write_plots
+from sqlenv.report.taxonomy import taxonomy_section
 from sqlenv.report.transfer import load_transfer, transfer_metrics, transfer_section
 from sqlenv.report.results import (
     SETS,
@@ -108,7 +109,8 @@ def main() -> None:
         with atomic_dir(PLOTS_DIR) as tmp:  # rendered inside: a failure before report.md keeps the old plots too
             drawn = write_plots(inputs, tmp)
             text = render_report(inputs, header, {key: f"plots/{name}" for key, name in drawn.items()}, training,
-                                 costs, transfer_section(transfer))  # fmt: skip
+                                 costs, transfer_section(transfer), taxonomy_section(
+                                     [(r.policy, r.set, r.records) for r in inputs.results if r.records]))  # fmt: skip
         atomic_write_text(REPORT_MD, text)
 
         mlflow.log_artifact(str(REPORT_MD))

@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "decode": {"prompt_lookup", "sampling", "kv_cache"},
     "env": {"types"},
     "rendering": {"decode", "env"},
-    "episodes": {"types", "env"},
+    "episodes": {"types", "env", "failures"},
     "episode_loop": {"types", "decode", "sampling", "prompt_lookup", "env", "rendering", "episodes"},
     "failures": {"types", "env"},
     "data": {"types", "files", "env"},

@@ -19,6 +19,9 @@ Definitions (per set of records):
 - `calls_after_answer_mean` over all episodes; `calls_after_answer_rate`: share of *answered* episodes
   that kept calling tools after the episode was over (the learned stop failing). None if none answered.
 - `reward_mean` and `reward_components` (mean of each named component), `steps_mean`, `tokens_mean`.
+- `failures`: why episodes ended as they did (`sqlenv.failures`): `n`, episodes per `outcomes` (right, wrong
+  answer, unanswered by step budget / token budget / otherwise), per `habits` (loop, repeated failure, missing
+  name, empty answered, gold in last result) and `unanswered` — each record's own diagnosis, else read off it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlenv.eval.stats import mcnemar_exact, paired_difference, wilson_interval
+from sqlenv.failures import diagnose, summarise
 from sqlenv.types import HARDNESS_LEVELS, EpisodeRecord
 
 
@@ -64,6 +68,7 @@ def _metrics(records: Sequence[EpisodeRecord], alpha: float) -> dict[str, Any]:
         "reward_components": {c: _mean([r.reward_components.get(c, 0.0) for r in records]) for c in components},
         "tokens_mean": _mean([r.tokens for r in records]),
         "end_reasons": dict(sorted(Counter(r.end_reason or "unknown" for r in records).items())),
+        "failures": summarise(r.failure or diagnose(r) for r in records),
         **_value_accuracy(records, alpha),
     }
 

@@ -403,12 +403,13 @@ def _cost_section(costs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def render_report(
     inputs: ReportInputs, header: Mapping[str, str], plots: Mapping[str, str], training: Mapping[str, int] = {},
-    costs: Sequence[Mapping[str, Any]] = (), transfer: Sequence[str] = (),
+    costs: Sequence[Mapping[str, Any]] = (), transfer: Sequence[str] = (), taxonomy: Sequence[str] = (),
 ) -> str:
     """The whole report.md. `header` is shown as given; `plots` maps a plot name (accuracy, steps, hardness,
     sft_loss, grpo_reward) to its path relative to the report, for the plots that were drawn; `training`
     maps a training stage to its completion budget (printed beside the evaluation budget); `transfer` is the
-    transfer section's lines (`sqlenv.report.transfer.transfer_section`), left out when empty."""
+    transfer section's lines (`sqlenv.report.transfer.transfer_section`) and `taxonomy` the failure taxonomy's
+    (`sqlenv.report.taxonomy.taxonomy_section`), each left out when empty."""
     res = inputs.results
     missing = [f"{p} ({', '.join(s for s in SETS if not any(r.policy == p and r.set == s for r in res))})"
                for p in POLICIES if sum(r.policy == p for r in res) < len(SETS)]  # fmt: skip
@@ -430,6 +431,7 @@ def render_report(
     out += [f"## Paired comparisons{mode}\n", *_comparison_section(pairs)]
     out += ["## Transfer to real databases\n", *transfer] if transfer else []
     out += [f"## Accuracy by hardness{mode}\n", *_hardness_section(res, plots)]
+    out += [f"## Why episodes fail{mode}\n", *taxonomy] if taxonomy else []
     out += ["## Learning curves\n", *_curves_section(inputs.curves, plots)]
     out += ["## Cost per stage\n", *_cost_section(costs)]
     out += ["## Transcripts side by side\n", transcripts_markdown(res)]
