@@ -30,6 +30,8 @@ from pipeline.tracking import git_commit
 from sqlenv.eval.harness import load_questions_file
 from sqlenv.report.markdown import render_report
 from sqlenv.report.results import SETS, Live, curve_files, load_inputs, stage_costs, stage_documents
+from sqlenv.report.taxonomy import taxonomy_section
+from sqlenv.report.transfer import load_transfer, transfer_section
 
 PLOT_KEYS = ("accuracy", "steps", "hardness", "sft_loss", "grpo_reward")
 _HEADER_ROW = re.compile(r"^\| (?P<key>[^|]+?) \| (?P<value>.*?) \|$")
@@ -82,7 +84,10 @@ def rerender() -> str:
     training = {"grpo_phase1": params.grpo_phase1.max_completion_length,
                 "grpo_phase2": params.grpo_phase2.max_completion_length}  # fmt: skip
     plots = {k: f"plots/{k}.png" for k in PLOT_KEYS if (paths.REPORTS / "plots" / f"{k}.png").is_file()}
-    return render_report(inputs, header, plots, training, stage_costs(stage_documents(paths.REPORTS)))
+    transfer = transfer_section(load_transfer(paths.report_dir("transfer")))  # as the report stage renders them
+    taxonomy = taxonomy_section([(r.policy, r.set, r.records) for r in inputs.results if r.records])
+    return render_report(inputs, header, plots, training, stage_costs(stage_documents(paths.REPORTS)), transfer,
+                         taxonomy)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -179,19 +179,24 @@ def diagnose(record: EpisodeRecord, gold_rows: Sequence[Sequence[Any]] | None = 
 
 def summarise(diagnoses: Iterable[Diagnosis | Mapping[str, Any]]) -> dict[str, Any]:
     """Counts over episodes: `n`, `outcomes` (every outcome, zeros included, in `OUTCOMES` order),
-    `habits` (episodes showing each habit) and `unanswered` (the three unanswered outcomes together)."""
+    `habits` (episodes showing each habit; `gold_in_last_result` None when no wrong answer's was read) and
+    `unanswered` (the three unanswered outcomes together)."""
     outcomes: Counter[str] = Counter()
     habits: Counter[str] = Counter()
-    n = 0
+    n = judged = 0  # judged: wrong answers whose `gold_in_last_result` was read (gold rows at hand)
     for d in diagnoses:
         row = d.to_dict() if isinstance(d, Diagnosis) else d
         n += 1
         outcomes[row["outcome"]] += 1
+        judged += row.get("gold_in_last_result") is not None
         for habit in HABITS:
             habits[habit] += bool(row.get(habit))
+    counts: dict[str, int | None] = {k: habits[k] for k in HABITS}
+    if outcomes["wrong_answer"] and not judged:
+        counts["gold_in_last_result"] = None  # not read (no gold rows): unknown, not zero
     return {
         "n": n,
         "outcomes": {k: outcomes[k] for k in OUTCOMES},
-        "habits": {k: habits[k] for k in HABITS},
+        "habits": counts,
         "unanswered": sum(outcomes[k] for k in OUTCOMES if k.startswith("unanswered")),
     }

@@ -108,7 +108,9 @@ def test_summary_counts_every_outcome_and_habit(concert_db_dir):
     assert s["n"] == 3 and list(s["outcomes"]) == list(OUTCOMES) and list(s["habits"]) == list(HABITS)
     assert s["outcomes"]["right"] == 1 and s["outcomes"]["unanswered_step_budget"] == 0 and s["unanswered"] == 1
     assert s["habits"] == {"loop": 2, "repeated_failure": 1, "missing_name": 1, "empty_answered": 1,
-                           "gold_in_last_result": 0}
+                           "gold_in_last_result": None}  # a wrong answer, none read: unknown, not zero
+    judged = summarise([Diagnosis("wrong_answer", gold_in_last_result=False), Diagnosis("right")])
+    assert judged["habits"]["gold_in_last_result"] == 0
 
 
 @pytest.mark.parametrize("outcome", OUTCOMES)

@@ -16,7 +16,8 @@ LEGEND = ("Outcomes (one per episode) and habits (any number) are read off each 
           "calling tools); a loop repeats a call unchanged (its result could only repeat), a repeated failure sends "
           "a call that failed again unchanged; a missing name met a table or column that does not exist; empty "
           "answered: the answer followed a query that returned no rows; gold in last result: a wrong answer whose "
-          "last query result showed every gold value (counted where the episode recorded it).\n")  # fmt: skip
+          "last query result showed every gold value (read where the episode was recorded with its gold rows; "
+          "– where none was).\n")  # fmt: skip
 
 
 def diagnoses(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
@@ -26,7 +27,8 @@ def diagnoses(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
 
 
 def row(counts: dict[str, Any]) -> list[Any]:
-    return [counts["n"], *(counts["outcomes"][o] for o in OUTCOMES), *(counts["habits"][h] for h in HABITS)]
+    habits = ("–" if counts["habits"][h] is None else counts["habits"][h] for h in HABITS)  # –: not read
+    return [counts["n"], *(counts["outcomes"][o] for o in OUTCOMES), *habits]
 
 
 def taxonomy_section(results: Sequence[tuple[str, str, Sequence[EpisodeRecord]]]) -> list[str]:
