@@ -81,6 +81,7 @@ class EnvParams:
     sample_rows: int
     schema: Literal["hidden", "full"]
     answer: Literal["value", "sql"]
+    keep_distinct: bool
     prompt: Literal["compact", "verbose"]
 
 

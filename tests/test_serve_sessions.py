@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("openenv", reason="the serve extra is not installed (pip install -e '.[serve]')")
 
+from bench_scripts import load_bench  # noqa: E402
 from test_serve import Server, call, send, write_data  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
@@ -188,18 +189,9 @@ def test_remote_env_on_rows_without_a_prompt_shows_the_question(data):
 
 
 # --------------------------------------------------------------------------------------------- the page
-def launch(p):
-    return p.chromium.launch(executable_path=shutil.which("chromium"), args=[
-        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"])  # fmt: skip
-
-
-def open_page(browser, url: str):
-    context = browser.new_context(viewport={"width": 1200, "height": 1300})
-    page = context.new_page()
-    page.goto(url + "/web/", timeout=60_000)
-    page.locator("#start").wait_for(timeout=60_000)
-    return context, page
+# The browser the load bench drives, launched and opened the same way (one copy: bench/bench_serve_sessions.py).
+_BENCH = load_bench("bench_serve_sessions")
+launch, open_page = _BENCH.launch, _BENCH.open_page
 
 
 def start(page) -> str:

@@ -225,7 +225,7 @@ def scripted_calls(monkeypatch, concert_db_dir):  # noqa: F811
     """Read every completion as a call picked by its token ids (the random model writes none): the gold
     answer, a wrong answer, a query, a describe, or no call. Verdicts and end reasons then follow the
     tokens, so any token either backend gets wrong shows in the records."""
-    from sqlenv import episodes as rollout
+    from sqlenv import episode_loop as rollout  # the loop reads each turn through parse_turn
 
     gold = {q.question: oracle_calls(q, SQLEnv(concert_db_dir).sandbox_for(q.db_id))[-1][1] for q in QUESTIONS}
 
