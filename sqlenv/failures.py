@@ -112,19 +112,10 @@ def calls(messages: Sequence[Mapping[str, Any]]) -> list[_Call]:
     return out
 
 
-def _cells(observation: str) -> set[str]:
-    """The cells of a rendered query result (`prompts.render_result`): rows between the header and the
-    count footer, split on the column separator."""
-    lines = observation.split("\n")[1:]
-    if lines and (lines[-1].startswith("(") or lines[-1].startswith("\u2026")):
-        lines = lines[:-1]
-    return {cell for line in lines for cell in line.split(" | ")}
-
-
 def _gold_shown(observation: str, gold_rows: Sequence[Sequence[Any]]) -> bool:
     if not gold_rows:
         return observation.endswith(_EMPTY_FOOTER)
-    shown = _cells(observation)
+    shown = set(prompts.result_cells(observation))
     gold = {prompts.render_cell(v) for row in gold_rows for v in row}
     return bool(gold) and gold <= shown
 

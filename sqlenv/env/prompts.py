@@ -183,6 +183,15 @@ def _text_block(rows: Sequence[Sequence[Any]]) -> str | None:
     return block
 
 
+def result_cells(observation: str) -> list[str]:
+    """The cells `render_result` showed (rows between its header and its count footer, split on the column
+    separator); nothing for an error or a table description."""
+    if observation.startswith(ERROR_PREFIX) or observation.startswith("Table "):
+        return []
+    rows = [line for line in observation.split("\n")[1:-1] if not line.startswith(_ELLIPSIS)]
+    return [cell for row in rows for cell in row.split(_COLUMN_SEP)]
+
+
 def render_result(result: QueryResult, max_rows: int, max_chars: int) -> str:
     """A query result as the model sees it: header line, one line per row, a count footer.
 

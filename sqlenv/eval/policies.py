@@ -26,8 +26,6 @@ from sqlenv.env.sandbox import quote_identifier
 from sqlenv.episodes import Episode
 from sqlenv.types import TOOL_NAMES, EpisodeRecord, Question, stable_hash
 
-_ELLIPSIS = "\u2026"
-
 
 @dataclass(frozen=True)
 class Policy:
@@ -56,15 +54,6 @@ def policy(name: str) -> Policy:
         return POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
-
-
-def _result_cells(observation: str) -> list[str]:
-    """Cells of a rendered result (header line, rows, footer); nothing for errors and table descriptions."""
-    if observation.startswith(prompts.ERROR_PREFIX) or observation.startswith("Table "):
-        return []
-    lines = observation.split("\n")
-    rows = [line for line in lines[1:-1] if not line.startswith(_ELLIPSIS)]
-    return [cell for row in rows for cell in row.split(" | ")]
 
 
 class _RandomAgent:
@@ -106,7 +95,7 @@ class _RandomAgent:
             if info is not None:
                 self.columns[arguments["table_name"]] = [c.name for c in info.columns]
         elif tool in ("sample", "query"):
-            self.cells.extend(_result_cells(observation))
+            self.cells.extend(prompts.result_cells(observation))
 
 
 def run_random(

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlenv.failures import HABITS, OUTCOMES, diagnose, summarise
+from sqlenv.report.markdown import md_table
 from sqlenv.types import EpisodeRecord
 
 HEADERS = ("n", *(o.replace("_", " ") for o in OUTCOMES), *(h.replace("_", " ") for h in HABITS))
@@ -35,7 +36,5 @@ def taxonomy_section(results: Sequence[tuple[str, str, Sequence[EpisodeRecord]]]
     """Markdown lines: one row per (policy, set, episodes) given, the legend after the table."""
     if not results:
         return []
-    lines = ["| policy | set | " + " | ".join(HEADERS) + " |", "|" + "---|" * (len(HEADERS) + 2)]
-    for policy, set_name, records in results:
-        lines.append(f"| {policy} | {set_name} | " + " | ".join(str(c) for c in row(diagnoses(records))) + " |")
-    return ["\n".join(lines) + "\n", LEGEND]
+    rows = [[policy, set_name, *row(diagnoses(records))] for policy, set_name, records in results]
+    return [md_table(["policy", "set", *HEADERS], rows), LEGEND]

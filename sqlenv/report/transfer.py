@@ -17,7 +17,9 @@ from typing import Any
 
 from sqlenv.eval.evaluation import paired_comparisons
 from sqlenv.eval.transfer import POLICIES
-from sqlenv.failures import HABITS, OUTCOMES, diagnose, summarise
+from sqlenv.failures import HABITS, OUTCOMES
+from sqlenv.report.markdown import md_table
+from sqlenv.report.taxonomy import diagnoses
 from sqlenv.types import HARDNESS_LEVELS, EpisodeRecord
 
 BASELINE = "base_sql"
@@ -56,10 +58,6 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f} %"
 
 
-def _diagnoses(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
-    return summarise(diagnose(r) for r in records)
-
-
 def _pairs(inputs: TransferInputs, records_of=lambda rs: rs) -> list[dict[str, Any]]:
     if BASELINE not in inputs.results:
         return []
@@ -82,17 +80,12 @@ def transfer_metrics(inputs: TransferInputs) -> dict[str, float]:
         m = doc["metrics"]
         out.update({f"transfer/{policy}/{k}": float(m[k]) for k in ("accuracy", "accuracy_low", "accuracy_high")})
         if policy != BASELINE:
-            s = _diagnoses(records)
+            s = diagnoses(records)
             out[f"transfer/{policy}/unanswered_rate"] = s["unanswered"] / s["n"] if s["n"] else 0.0
     for row in _pairs(inputs):
         out[f"transfer/{row['a']}-vs-{BASELINE}/difference"] = float(row["difference"])
         out[f"transfer/{row['a']}-vs-{BASELINE}/mcnemar_p"] = float(row["mcnemar_p"])
     return out
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]) + "\n"
 
 
 def _pair_cells(row: Mapping[str, Any]) -> list[str]:
@@ -120,12 +113,12 @@ def transfer_section(inputs: TransferInputs) -> list[str]:
         doc, records = inputs.results[policy]
         m = doc["metrics"]
         agent = policy != BASELINE
-        s = _diagnoses(records) if agent else None
+        s = diagnoses(records) if agent else None
         rows.append([LABELS[policy], m["n"], f"{_pct(m['accuracy'])} [{_pct(m['accuracy_low'])}, {_pct(m['accuracy_high'])}]",
                      _pct(m.get("answered_rate")) if agent else "–",
                      *([s["outcomes"][k] for k in OUTCOMES[1:]] if agent else ["–"] * (len(OUTCOMES) - 1)),
                      *([s["habits"][k] for k in HABITS[:-1]] if agent else ["–"] * (len(HABITS) - 1))])  # fmt: skip
-    out.append(_table(["policy", "n", "accuracy [95 %]", "answered", *(o.replace("_", " ") for o in OUTCOMES[1:]),
+    out.append(md_table(["policy", "n", "accuracy [95 %]", "answered", *(o.replace("_", " ") for o in OUTCOMES[1:]),
                        *(h.replace("_", " ") for h in HABITS[:-1])], rows))  # fmt: skip
     out.append("Outcomes and habits are episodes (`sqlenv/failures.py`): unanswered by step budget, by token budget "
                "or otherwise; a loop repeats a call unchanged; a missing name is a table or column that does not "
@@ -145,7 +138,7 @@ def transfer_section(inputs: TransferInputs) -> list[str]:
                 if sub:
                     body.append([row["a"], level, sub[0]["n"], _pct(sub[0]["accuracy_a"]), _pct(sub[0]["accuracy_b"]),
                                  *_pair_cells(sub[0])])  # fmt: skip
-        out.append(_table(head, body))
+        out.append(md_table(head, body))
     if inputs.missing:
         out.append(f"Not run: {', '.join(inputs.missing)}.\n")
     return out
