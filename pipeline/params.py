@@ -82,6 +82,8 @@ class EnvParams:
     schema: Literal["hidden", "full"]
     answer: Literal["value", "sql"]
     keep_distinct: bool
+    loop_notice: bool
+    budget_notice_at: int
     prompt: Literal["compact", "verbose"]
 
 

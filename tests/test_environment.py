@@ -283,3 +283,46 @@ def test_database_rebuilt_in_place_is_not_served_stale(tmp_path):
     env.reset(Q_COUNT)
     assert env.step("query", {"sql": "SELECT count(*) FROM singer"}).observation == "count(*)\n6\n(1 row)"
     assert env.step("answer", {"value": "6"}).rewards["correctness"] == 1.0  # the gold result is fresh too
+
+
+def test_a_failing_call_sent_again_is_told_to_change(concert_db_dir):
+    # The loop the taxonomy counts most: a failing query, a describe, the very same query again.
+    env = SQLEnv(concert_db_dir, EnvConfig(budget_notice_at=0))
+    env.reset(Q_COUNT)
+    first = env.step("query", {"sql": "SELECT singer_name FROM singer"}).observation
+    env.step("describe", {"table_name": "singer"})
+    again = env.step("query", {"sql": "SELECT  singer_name FROM singer;"}).observation  # the same call, respaced
+    assert first == "Error: no such column: singer_name"
+    assert again == first + "\n\nNote: this exact call already failed in this episode. Sending it again gives the same " \
+        "error: change it (use the names a describe showed) or try another way."  # fmt: skip
+    changed = env.step("query", {"sql": "SELECT name FROM singer WHERE singer_name = 1"}).observation
+    assert "Note:" not in changed and env.repeated_failures == 1 and env.summary()["repeated_failures"] == 1
+    quiet = SQLEnv(concert_db_dir, EnvConfig(loop_notice=False, budget_notice_at=0))
+    quiet.reset(Q_COUNT)
+    for _ in range(2):
+        obs = quiet.step("query", {"sql": "SELECT singer_name FROM singer"}).observation
+    assert obs == first and quiet.repeated_failures == 1
+
+
+def test_the_last_calls_say_how_many_are_left(concert_db_dir):
+    env = SQLEnv(concert_db_dir, EnvConfig(step_budget=4, budget_notice_at=2))
+    env.reset(Q_COUNT)
+    obs = [env.step("query", {"sql": f"SELECT {i}"}).observation for i in range(1, 5)]
+    assert obs[0] == "1\n1\n(1 row)"
+    assert obs[1].endswith("\n\nNote: 2 calls are left in this episode. Answer with your best value before they run out.")
+    assert obs[2] == "3\n3\n(1 row)\n\nNote: 1 call is left in this episode. Answer with your best value before they run out."
+    assert "Error: the step budget (4 calls) is used up" in obs[3] and "Note:" not in obs[3]
+    env = SQLEnv(concert_db_dir, EnvConfig(step_budget=4, budget_notice_at=3, answer="sql"))
+    env.reset(Q_COUNT)
+    assert env.step("describe", {"table_name": "singer"}).observation.endswith(
+        "\n\nNote: 3 calls are left in this episode. Answer with your best sql before they run out.")
+    assert "Note:" not in env.step("answer", {"sql": "SELECT count(*) FROM singer"}).observation  # the end says so itself
+    with pytest.raises(ValueError, match="budget_notice_at"):
+        EnvConfig(budget_notice_at=-1)
+
+
+def test_notices_do_not_reach_the_cells_a_result_showed():
+    from sqlenv.env.prompts import budget_notice, result_cells
+
+    assert result_cells("a | b\n1 | 2\n(1 row)" + budget_notice(1)) == ["1", "2"]
+    assert result_cells("a\n1\n(1 row)\n\nError: the step budget (3 calls) is used up; the episode is over.") == ["1"]

@@ -103,11 +103,15 @@ class EnvConfig:
     answer: str = "value"  # value: answer(value), the value verifier | sql: answer(sql), execution accuracy
     prompt: str = "compact"  # compact: no tool list in the system prompt, no Returns in tool schemas | verbose (round 1)
     keep_distinct: bool = False  # answer=sql: EX runs both statements as written, not without DISTINCT (official)
+    loop_notice: bool = True  # a call that fails again exactly as before gets `prompts.REPEATED_FAILURE_NOTICE`
+    budget_notice_at: int = 3  # from this many calls left, each observation says how many remain (0: never)
     rewards: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
         if self.step_budget < 1:
             raise ValueError(f"step_budget must be >= 1, got {self.step_budget}")
+        if self.budget_notice_at < 0:
+            raise ValueError(f"budget_notice_at must be >= 0, got {self.budget_notice_at}")
         if self.max_rows_shown < 1 or self.max_chars_shown < 1 or self.sample_rows < 1:
             raise ValueError("max_rows_shown, max_chars_shown and sample_rows must be >= 1")
         if self.schema not in SCHEMA_MODES:
@@ -320,6 +324,8 @@ class SQLEnv:
         self._components = rewards.zero_components()
         self._reach = 0.0  # sum of |every term earned|: |shaping| <= this (`rewards.bound`)
         self._recent: list[tuple[str, str]] = []
+        self._failed: set[tuple[str, str]] = set()  # calls whose observation was an error (the loop notice)
+        self.repeated_failures = 0  # calls that failed again exactly as an earlier one had
         self._seen_results = rewards.SeenResults()
         self._last_rows: list[tuple] | None = None  # the last successful query's rows (for progress)
 
@@ -392,6 +398,7 @@ class SQLEnv:
             "budget_exhausted": self.budget_exhausted,
             "calls_after_end": self.calls_after_end,
             "parse_failures": self.parse_failures,
+            "repeated_failures": self.repeated_failures,
             "reward": self.total_reward,
             "reward_components": self.reward_components,
         }
@@ -427,12 +434,21 @@ class SQLEnv:
         else:
             obs = self._table_tool(tool, args["table_name"])
         earned["operational"] = rewards.operational(new_result, cfg)
-        if self.steps >= self.config.step_budget and not self.done:
+        if obs.startswith(prompts.ERROR_PREFIX):
+            if key in self._failed:
+                self.repeated_failures += 1
+                if self.config.loop_notice:
+                    obs += prompts.REPEATED_FAILURE_NOTICE
+            self._failed.add(key)
+        left = self.config.step_budget - self.steps
+        if left <= 0 and not self.done:
             self.done = self.budget_exhausted = True
             obs += (
                 f"\n\nError: the step budget ({self.config.step_budget} calls) is used up; "
                 "the episode is over without an answer."
             )
+        elif not self.done and left <= self.config.budget_notice_at:
+            obs += prompts.budget_notice(left, self.tool_params["answer"][0])
         return self._result(obs, earned)
 
     def _result(self, observation: str, earned: dict[str, float]) -> StepResult:

@@ -95,6 +95,20 @@ SYSTEM_PROMPT = system_prompt()  # the default modes (schema hidden, value answe
 FINAL_REPLY = "I have submitted the answer."
 
 ERROR_PREFIX = "Error: "
+NOTE_PREFIX = "\n\nNote: "  # what the environment adds to an observation about the episode itself (never a result row)
+
+# Added to an error when the very same call already failed in this episode: the commonest way an episode ran out of
+# budget was sending a failing query again unchanged after describing its table (sqlenv/failures.py: repeated_failure).
+REPEATED_FAILURE_NOTICE = (
+    NOTE_PREFIX + "this exact call already failed in this episode. Sending it again gives the same error: change it "
+    "(use the names a describe showed) or try another way."
+)
+
+
+def budget_notice(calls_left: int, answer_param: str = "value") -> str:
+    """What an observation adds once few calls are left (`EnvConfig.budget_notice_at`)."""
+    calls = "1 call is" if calls_left == 1 else f"{calls_left} calls are"
+    return f"{NOTE_PREFIX}{calls} left in this episode. Answer with your best {answer_param} before they run out."
 _COLUMN_SEP = " | "
 _ELLIPSIS = "\u2026"  # "…": one token-cheap character for "more follows"
 
@@ -188,6 +202,7 @@ def result_cells(observation: str) -> list[str]:
     separator); nothing for an error or a table description."""
     if observation.startswith(ERROR_PREFIX) or observation.startswith("Table "):
         return []
+    observation = observation.split(NOTE_PREFIX, 1)[0].split("\n\n" + ERROR_PREFIX, 1)[0]  # the result, not what follows
     rows = [line for line in observation.split("\n")[1:-1] if not line.startswith(_ELLIPSIS)]
     return [cell for row in rows for cell in row.split(_COLUMN_SEP)]
 
