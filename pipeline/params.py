@@ -98,6 +98,9 @@ class ModelParams:
 class SFTDataParams:
     error_recovery_fraction: float
     sample_fraction: float
+    explore_fraction: float
+    value_check_fraction: float
+    empty_recovery_fraction: float
 
 
 @dataclass(frozen=True)

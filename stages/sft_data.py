@@ -5,7 +5,7 @@
 Reads data/questions/train.jsonl and data/databases/. Outs: data/sft/train.jsonl (one record per kept
 trajectory: id, db_id, hardness, kind, messages, tools) and reports/sft_data/metrics.json (counts by kind
 and hardness, drops by reason). Every trajectory is played through the real environment and accepted by
-the verifier; see `sqlenv.data.sft_data` for the three kinds.
+the verifier; see `sqlenv.data.sft_data` for the six kinds.
 """
 
 from __future__ import annotations
@@ -36,11 +36,7 @@ def main() -> None:
     with stage_run(STAGE, read):
         start = time.perf_counter()
         questions = [Question.from_dict(r) for r in read_jsonl(paths.questions_file("train"))]
-        config = SFTDataConfig(
-            error_recovery_fraction=params.sft_data.error_recovery_fraction,
-            sample_fraction=params.sft_data.sample_fraction,
-            seed=params.seed,
-        )
+        config = SFTDataConfig(**read["sft_data"], seed=params.seed)
         result = build_sft_data(questions, paths.DATABASES, EnvConfig.from_dict(read["env"]), config)
         close_shared_sandboxes()
         if not result.records:
@@ -51,7 +47,7 @@ def main() -> None:
         metrics.update(wall_time_s=round(time.perf_counter() - start, 1), system=machine.summary())
         atomic_write_json(paths.metrics_file(STAGE), metrics)
         log_metrics({k: metrics[k] for k in ("candidates", "kept", "keep_rate", "by_kind", "by_hardness", "dropped")})
-        mlflow.log_metric("recovery_unavailable", metrics["recovery_unavailable"])
+        mlflow.log_metrics({f"unavailable/{kind}": n for kind, n in metrics["unavailable"].items()})
         mlflow.log_dict(metrics, "metrics.json")
         if result.dropped:
             mlflow.log_dict({qid: reason for qid, reason in result.dropped}, "dropped.json")

@@ -123,7 +123,8 @@ def test_oracle_and_sft_data_work_in_every_mode(concert_db_dir, schema, answer):
         assert record.messages[0]["content"] == config.system_prompt
         assert ("CREATE TABLE" in record.messages[1]["content"]) == (schema == "full")
     data = build_sft_data(list(QUESTIONS), concert_db_dir, config,
-                          SFTDataConfig(error_recovery_fraction=0.5, sample_fraction=0.3, seed=3))  # fmt: skip
+                          SFTDataConfig(error_recovery_fraction=0.5, sample_fraction=0.1, explore_fraction=0.1,
+                                        value_check_fraction=0.1, empty_recovery_fraction=0.1, seed=3))  # fmt: skip
     assert len(data.records) == len(QUESTIONS), data.drop_counts
     tools = json.loads(data.records[0]["tools"])
     answer_tool = next(t["function"] for t in tools if t["function"]["name"] == "answer")

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
 
+from sqlenv.data.exploring import VALUE_LIST_MAX, table_relevance
 from sqlenv.data.questions import build_questions
 from sqlenv.data.sft_data import (
+    SHARES,
     SFTDataConfig,
     assigned_kind,
     build_sft_data,
+    check_trajectory,
     column_guesses,
     summarize,
     table_guesses,
@@ -35,7 +39,11 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def data(world):
     db_dir, questions = world
-    return build_sft_data(questions, db_dir, EnvConfig(), SFTDataConfig(error_recovery_fraction=0.3, sample_fraction=0.3))
+    return build_sft_data(questions, db_dir, EnvConfig(), MIX)
+
+
+MIX = SFTDataConfig(error_recovery_fraction=0.3, sample_fraction=0.15, explore_fraction=0.15, value_check_fraction=0.15,
+                    empty_recovery_fraction=0.15)  # fmt: skip
 
 
 def _calls(record):
@@ -126,7 +134,7 @@ def test_other_kinds_have_no_error_and_sample_ones_sample(data):
 
 def test_deterministic_and_seeded(world, data):
     db_dir, questions = world
-    config = SFTDataConfig(error_recovery_fraction=0.3, sample_fraction=0.3)
+    config = MIX
     again = build_sft_data(list(reversed(questions)), db_dir, EnvConfig(), config)
     assert json.dumps(again.records, sort_keys=True) == json.dumps(data.records, sort_keys=True)
     other = build_sft_data(questions, db_dir, EnvConfig(), replace(config, seed=1))
@@ -135,12 +143,16 @@ def test_deterministic_and_seeded(world, data):
 
 def test_kind_shares_follow_the_fractions(world):
     ids = [f"q{i}" for i in range(4000)]
-    kinds = [assigned_kind(i, SFTDataConfig(error_recovery_fraction=0.2, sample_fraction=0.3)) for i in ids]
-    assert abs(kinds.count("recovery") / len(ids) - 0.2) < 0.03
-    assert abs(kinds.count("sample") / len(ids) - 0.8 * 0.3) < 0.03
-    assert {assigned_kind(i, SFTDataConfig(error_recovery_fraction=0.0, sample_fraction=0.0)) for i in ids} == {"plain"}
+    kinds = [assigned_kind(i, MIX) for i in ids]
+    for kind, share in {"recovery": 0.3, "sample": 0.15, "explore": 0.15, "value_check": 0.15, "empty_recovery": 0.15,
+                        "plain": 0.1}.items():  # fmt: skip
+        assert abs(kinds.count(kind) / len(ids) - share) < 0.03, kind
+    nothing = SFTDataConfig(**dict.fromkeys(SHARES.values(), 0.0))
+    assert {assigned_kind(i, nothing) for i in ids} == {"plain"}
     with pytest.raises(ValueError, match="error_recovery_fraction"):
         SFTDataConfig(error_recovery_fraction=1.5)
+    with pytest.raises(ValueError, match="add up to 1.4 > 1"):
+        SFTDataConfig(error_recovery_fraction=0.5, explore_fraction=0.5)
 
 
 def test_unverifiable_questions_are_dropped_by_reason(world):
@@ -188,3 +200,92 @@ def test_wrong_queries_rename_one_real_identifier_in_place(shop_db):
             assert w.sql.replace(w.guess, w.original, 1) == q.gold_sql
         # Never a guess that exists in the schema (SQLite names are case-insensitive).
         assert all(w.guess.lower() not in {"customer_id", "name", "city", "customers"} for w in wrongs)
+
+
+# ------------------------------------------------------------------- the teacher that does not know the answer
+def _tool_results(record):
+    return [m["content"] for m in record["messages"] if m["role"] == "tool"]
+
+
+def _of_kind(data, kind):
+    records = [r for r in data.records if r["kind"] == kind]
+    assert len(records) >= 4, f"too few {kind} trajectories to check ({len(records)})"
+    return records
+
+
+def test_explore_trajectories_look_at_one_table_outside_the_gold_query_and_move_on(world, data):
+    db_dir, questions = world
+    by_id = {q.id: q for q in questions}
+    env = SQLEnv(db_dir, EnvConfig())
+    for record in _of_kind(data, "explore"):
+        question = by_id[record["id"]]
+        calls = _calls(record)
+        names = [n for n, _ in calls]
+        described = [json.loads(a)["table_name"] for n, a in calls if n == "describe"]
+        gold = {t.lower() for t in question.tables}
+        extra = [t for t in described if t.lower() not in gold]
+        assert len(extra) == 1 and len(described) == len(gold) + 1, record["id"]
+        assert names == ["describe"] * len(described) + ["query", "answer"]
+        assert json.loads(calls[-2][1])["sql"] == question.gold_sql  # ... and nothing of the extra table is used
+        env.reset(question)
+        assert extra[0] in env.tables  # a real table of the database
+        # the order a reader of the question would open them in: more shared words first
+        scores = [table_relevance(question.question, t) for t in described]
+        assert scores == sorted(scores, reverse=True)
+        assert not any(c.startswith("Error:") for c in _tool_results(record))
+
+
+def test_value_check_trajectories_look_at_the_values_before_filtering(world, data):
+    _, questions = world
+    by_id = {q.id: q for q in questions}
+    for record in _of_kind(data, "value_check"):
+        question = by_id[record["id"]]
+        calls, results = _calls(record), _tool_results(record)
+        queries = [(i, json.loads(a)["sql"]) for i, (n, a) in enumerate(calls) if n == "query"]
+        (check_at, check), (gold_at, gold) = queries
+        assert gold == question.gold_sql and check_at < gold_at and check.startswith("SELECT DISTINCT ")
+        literals = [v for v in re.findall(r"'((?:[^']|'')*)'", gold)]
+        shown = prompts.result_cells(results[check_at])
+        assert any(v in shown for v in literals), (check, shown)  # the value the gold filters on, as stored
+        assert len(shown) <= VALUE_LIST_MAX
+
+
+def test_empty_recovery_trajectories_meet_an_empty_result_check_the_values_and_correct(world, data):
+    _, questions = world
+    by_id = {q.id: q for q in questions}
+    for record in _of_kind(data, "empty_recovery"):
+        question = by_id[record["id"]]
+        calls, results = _calls(record), _tool_results(record)
+        queries = [(i, json.loads(a)["sql"]) for i, (n, a) in enumerate(calls) if n == "query"]
+        assert [i for i, _ in queries] == [queries[0][0], queries[0][0] + 1, queries[0][0] + 2]
+        (wrong_at, wrong), (check_at, check), (_, fixed) = queries
+        empty = results[wrong_at]
+        assert empty.endswith("(0 rows)") or set(prompts.result_cells(empty)) <= {"0", "NULL"}, empty
+        assert fixed == question.gold_sql and wrong != fixed and wrong.lower() == fixed.lower()  # one value's case
+        assert check.startswith("SELECT DISTINCT ") and results[check_at] != empty
+        assert results[check_at + 1] != empty  # the corrected query finds what the first one missed
+        assert not any(c.startswith("Error:") for c in results)
+
+
+def test_a_broken_environment_leaves_no_trajectory_of_the_new_kinds(world, monkeypatch):
+    """If the environment stopped showing an empty result as one (here: as an error), no empty_recovery trajectory
+    would pass as one; and a record whose check query is missing is refused by `check_trajectory`."""
+    db_dir, questions = world
+    config = SFTDataConfig(**{**dict.fromkeys(SHARES.values(), 0.0), "empty_recovery_fraction": 1.0})
+    honest = build_sft_data(questions, db_dir, EnvConfig(), config)
+    assert honest.records and {r["kind"] for r in honest.records} >= {"empty_recovery"}
+    from sqlenv.env import environment
+
+    real = environment.prompts.render_result
+    monkeypatch.setattr(environment.prompts, "render_result",
+                        lambda result, *a: "Error: nothing found" if result.ok and not result.rows else real(result, *a))  # fmt: skip
+    broken = build_sft_data(questions, db_dir, EnvConfig(), config)
+    kept = [r for r in broken.records if r["kind"] == "empty_recovery"]
+    assert all(not _tool_results(r)[_calls(r).index(next(c for c in _calls(r) if c[0] == "query"))].endswith("(0 rows)")
+               for r in kept)  # fmt: skip
+    assert broken.drop_counts.get("unexpected_error", 0) >= 1
+    record = next(r for r in honest.records if r["kind"] == "empty_recovery")
+    messages = list(record["messages"])
+    at = next(i for i, m in enumerate(messages) if m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == "query")
+    del messages[at + 2 : at + 4]  # the value check and its result
+    assert check_trajectory(messages, "empty_recovery") == "empty_recovery_without_its_queries"

@@ -5,18 +5,29 @@ environment's own text and each message is rendered by `sqlenv.env.prompts` in t
 time (system + user(question + tables), assistant turns with structured `tool_calls` whose arguments are
 JSON strings, `role: "tool"` results, and a closing plain assistant turn so the model learns to stop).
 
-Three kinds, chosen per question by stable hashes of (seed, id) — never by file order:
+Six kinds, chosen per question by a stable hash of (seed, id) — never by file order — in the shares of
+`SFTDataConfig` (the rest `plain`). The last three are what an agent that does not know the answer does on a real
+database (`sqlenv.data.exploring`):
 - `plain`:    describe each table the gold SQL reads → query the gold SQL → answer → plain reply;
 - `sample`:   the same with one `sample` of the first table before the query (`sample_fraction`);
+- `explore`:  describe the gold tables and one more, in the order their names match the question, the extra one
+  (the most question-like table outside the gold query) looked at and left (`explore_fraction`);
+- `value_check`: before filtering on a text value, look at how the column spells its values
+  (`SELECT DISTINCT col FROM t`, narrowed by LIKE on a word of the value) (`value_check_fraction`);
+- `empty_recovery`: the gold query with a text value in the case a question writes it (`'delayed'`) → the database
+  really returns nothing (or only zeros) → look at the column's values → the corrected query
+  (`empty_recovery_fraction`);
 - `recovery`: a plausible wrong query — one column or table reference of the gold SQL renamed, with
   sqlglot locating it, to a name a pretrained model would guess (`name` for `std_name`, `year_built` for
   `yr_built`, `FLIGHT` for `FLIGHTS`) — → the environment's real `Error: no such column/table ...` →
   describe the table the name belongs to → the corrected (gold) query → answer (`error_recovery_fraction`).
-  The other gold tables are described before the wrong query (see `trajectory_calls`). A question where no
-  rename yields a real name error is played as `plain` instead and counted (`recovery_unavailable`).
+  The other gold tables are described before the wrong query (see `trajectory_calls`).
 
-Only trajectories the verifier accepts are kept; the others are counted by reason. What this does not do:
-teach exploration beyond the gold tables, or recover from wrong *answers* — the oracle knows the gold SQL.
+A question a kind cannot be played on (no rename yields a real name error; no text filter, or none whose other
+spelling comes back empty; no table outside the gold query) falls back to `explore`, else `plain`, and is counted
+by wanted kind (`unavailable`). Only trajectories the verifier accepts are kept; the others are counted by reason.
+What this does not do: recover from a wrong join or grain, or from a wrong *answer* — the teacher still writes the
+gold SQL in the end.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from sqlenv.data import exploring
 from sqlenv.data.oracle import oracle_calls, play
 from sqlenv.data.world.naming import ABBREVIATIONS, RESERVED
 from sqlenv.env import prompts
@@ -42,7 +54,15 @@ from sqlenv.env.sandbox import Sandbox
 from sqlenv.env.trl_adapter import tool_schemas
 from sqlenv.types import HARDNESS_LEVELS, Question, stable_hash
 
-KINDS: tuple[str, ...] = ("plain", "sample", "recovery")
+KINDS: tuple[str, ...] = ("plain", "sample", "recovery", "explore", "value_check", "empty_recovery")
+# The order the shares are laid out on [0, 1) by `assigned_kind` (the rest is plain); SFTDataConfig's field of each.
+SHARES: dict[str, str] = {
+    "recovery": "error_recovery_fraction",
+    "empty_recovery": "empty_recovery_fraction",
+    "value_check": "value_check_fraction",
+    "explore": "explore_fraction",
+    "sample": "sample_fraction",
+}
 _UNIT = float(2**64)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _EXPAND = {short: long for long, short in ABBREVIATIONS.items()}  # "yr" -> "year": the name a model would guess
@@ -51,17 +71,23 @@ _EXPAND.update({"std": "student", "no": "number", "nm": "name", "desc": "descrip
 
 @dataclass(frozen=True)
 class SFTDataConfig:
-    """Shares of the trajectory kinds; `seed` drives every per-question choice."""
+    """Shares of the trajectory kinds (together at most 1; the rest is `plain`); `seed` drives every per-question choice."""
 
     error_recovery_fraction: float = 0.2
-    sample_fraction: float = 0.3
+    sample_fraction: float = 0.1
+    explore_fraction: float = 0.2
+    value_check_fraction: float = 0.15
+    empty_recovery_fraction: float = 0.15
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("error_recovery_fraction", "sample_fraction"):
+        for name in SHARES.values():
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"sft_data.{name} must be in [0, 1], got {value}")
+        total = sum(getattr(self, name) for name in SHARES.values())
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"sft_data: the kinds' shares add up to {total:g} > 1 ({', '.join(SHARES.values())})")
 
 
 @dataclass
@@ -69,7 +95,11 @@ class SFTDataResult:
     records: list[dict[str, Any]]
     drop_counts: dict[str, int] = field(default_factory=dict)
     dropped: list[tuple[str, str]] = field(default_factory=list)
-    recovery_unavailable: int = 0
+    unavailable: dict[str, int] = field(default_factory=dict)  # wanted kind -> questions it could not be played on
+
+    @property
+    def recovery_unavailable(self) -> int:
+        return self.unavailable.get("recovery", 0)
 
 
 def _unit(seed: int, key: str) -> float:
@@ -77,11 +107,12 @@ def _unit(seed: int, key: str) -> float:
 
 
 def assigned_kind(question_id: str, config: SFTDataConfig) -> str:
-    """The kind a question is assigned to: independent stable hashes for recovery and sample."""
-    if _unit(config.seed, "sft-recovery:" + question_id) < config.error_recovery_fraction:
-        return "recovery"
-    if _unit(config.seed, "sft-sample:" + question_id) < config.sample_fraction:
-        return "sample"
+    """The kind a question is assigned to: one stable hash on [0, 1), the kinds' shares laid out in `SHARES` order."""
+    u, edge = _unit(config.seed, "sft-kind:" + question_id), 0.0
+    for kind, name in SHARES.items():
+        edge += getattr(config, name)
+        if u < edge:
+            return kind
     return "plain"
 
 
@@ -256,17 +287,51 @@ def trajectory_calls(
     (`schema: full`) nothing is described up front; the recovery describes the table after the error.
     """
     calls = oracle_calls(question, sandbox, sample=kind == "sample", config=env_config)
+    if kind in ("explore", "value_check", "empty_recovery"):
+        played = _exploring_calls(question, sandbox, kind, seed, calls, env_config)
+        if played is not None:
+            return kind, played
+        return ("plain", calls) if kind == "explore" else trajectory_calls(question, sandbox, "explore", seed, env_config)
     if kind != "recovery":
         return kind, calls
     wrong = _pick_wrong_query(question, sandbox, seed)
     if wrong is None:
-        return "plain", calls
+        return trajectory_calls(question, sandbox, "explore", seed, env_config)
     describes = [c for c in calls if c[0] == "describe"]
     rest = [c for c in calls if c[0] != "describe"]  # the gold query and the answer
     owner = [c for c in describes if c[1]["table_name"] == wrong.table]
     before = [c for c in describes if c[1]["table_name"] != wrong.table] if owner else []
     after = owner or describes or [("describe", {"table_name": wrong.table})]
     return "recovery", before + [("query", {"sql": wrong.sql})] + after + rest
+
+
+def _exploring_calls(
+    question: Question, sandbox: Sandbox, kind: str, seed: int, calls: list[tuple[str, dict[str, Any]]], env_config: EnvConfig
+) -> list[tuple[str, dict[str, Any]]] | None:
+    """The calls of an explore / value_check / empty_recovery trajectory, or None where the question has no such move."""
+    describes = [c for c in calls if c[0] == "describe"]
+    rest = [c for c in calls if c[0] != "describe"]  # the gold query and the answer
+    gold_tables = [c[1]["table_name"] for c in describes]
+    if kind == "explore":
+        if env_config.schema == "full":
+            return None  # the schema is in the prompt: nothing to explore
+        extra = exploring.distractor_table(question, sandbox, gold_tables, seed)
+        if extra is None:
+            return None
+        order = exploring.exploration_order(question, gold_tables + [extra], seed)
+        return [("describe", {"table_name": t}) for t in order] + rest
+    checks: list[tuple[str, dict[str, Any]]] = []
+    for flt in sorted(exploring.text_filters(question, sandbox), key=lambda f: stable_hash(seed, f"sft-filter:{question.id}:{f}")):
+        check = exploring.value_check_sql(sandbox, flt)
+        if check is None:
+            continue
+        if kind == "value_check":
+            return describes + [("query", {"sql": check})] + rest
+        wrong = exploring.misspelled_filter(question, sandbox, flt, seed)
+        if wrong is not None:
+            checks = [("query", {"sql": wrong}), ("query", {"sql": check})]
+            return describes + checks + rest
+    return None
 
 
 def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | None:
@@ -291,7 +356,18 @@ def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | Non
             return "recovery_without_describe_then_query"
     elif errors:
         return "unexpected_error"
+    if kind in ("value_check", "empty_recovery"):
+        queries = [i for i, m in enumerate(calls) if m["tool_calls"][0]["function"]["name"] == "query"]
+        if len(queries) != (2 if kind == "value_check" else 3):
+            return f"{kind}_without_its_queries"
+        if kind == "empty_recovery" and not _doubtful(results[queries[0]]["content"]):
+            return "empty_recovery_without_an_empty_result"
     return None
+
+
+def _doubtful(observation: str) -> bool:
+    """A rendered result with no rows, or only zeros and NULLs (what `exploring.looks_empty` accepted)."""
+    return observation.endswith("(0 rows)") or all(c in ("0", "NULL", "0.0") for c in prompts.result_cells(observation))
 
 
 def build_sft_data(
@@ -305,12 +381,12 @@ def build_sft_data(
     tools = json.dumps(tool_schemas(env_config), ensure_ascii=False)
     records: list[dict[str, Any]] = []
     dropped: list[tuple[str, str]] = []
-    unavailable = 0
+    unavailable: Counter[str] = Counter()
     for question in sorted(questions, key=lambda q: q.id):
         wanted = assigned_kind(question.id, config)
         sandbox = env.sandbox_for(question.db_id)  # a missing database is a data error: it raises
         kind, calls = trajectory_calls(question, sandbox, wanted, config.seed, env_config)
-        unavailable += wanted == "recovery" and kind != "recovery"
+        unavailable[wanted] += kind != wanted
         record = play(env, question, calls)
         if not record.messages:
             reason = "gold_sql_fails"
@@ -340,7 +416,7 @@ def build_sft_data(
         records=records,
         drop_counts=dict(sorted(Counter(reason for _, reason in dropped).items())),
         dropped=dropped,
-        recovery_unavailable=unavailable,
+        unavailable={k: unavailable.get(k, 0) for k in KINDS if k in SHARES},
     )
 
 
@@ -362,6 +438,7 @@ def summarize(result: SFTDataResult, candidates: int) -> dict[str, Any]:
             for k in KINDS
         },
         "dropped": result.drop_counts,
+        "unavailable": result.unavailable,
         "recovery_unavailable": result.recovery_unavailable,
         "assistant_turns": _stats(turns),
         "message_chars": _stats(chars),

@@ -1,0 +1,166 @@
+"""Teacher moves of an agent that does not know the answer: which tables to look at, and the values a filter names.
+
+The scripted SFT teacher (`sqlenv.data.sft_data`) knows the gold SQL; these helpers make its trajectories show what a
+model has to do without it, each step a real call through the environment:
+
+- `table_relevance` / `distractor_table`: rank a database's tables by how much their names share with the question's
+  words (`passenger_id` and "passengers" share "passenger"). An `explore` trajectory describes the tables in that
+  order, one of them outside the gold query (the most question-like one: what a model would open too), and moves on;
+- `text_filters`: the `column = 'text'` comparisons of the gold SQL with the table each column belongs to;
+- `value_check_sql`: the query that shows how a filtered column spells its values (`SELECT DISTINCT col FROM t`,
+  narrowed by `LIKE` on the word of the value that leaves the fewest when the column has many) — a `value_check` trajectory runs it before
+  filtering;
+- `misspelled_filter`: the gold SQL with one text value in the case a question might write it (`'delayed'` for
+  `'Delayed'`), kept only if the database really returns no rows for it. An `empty_recovery` trajectory runs that
+  first, sees `(0 rows)`, checks the column's values, and runs the corrected query — the recovery real databases ask
+  for most ('USA' vs 'United States', 'F' vs 'female'), never a repeat of the query that came back empty.
+
+Nothing here reads the question's answer; every choice is a stable hash of (seed, question id) or a property of the
+names, so the same data comes out on every machine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from sqlenv.env.sandbox import Sandbox
+from sqlenv.types import Question, stable_hash
+
+VALUE_LIST_MAX = 20  # a column with at most this many distinct values is listed whole by the value check
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> set[str]:
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", text)  # camelCase -> camel Case
+    return {_stem(w) for w in _WORD.findall(spaced.lower().replace("_", " ")) if len(w) > 1}
+
+
+def _stem(word: str) -> str:
+    # plural and singular meet: "flights" ~ "flight", "countries" ~ "country", "classes" ~ "class"
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
+        return word[:-1]
+    return word
+
+
+def table_relevance(question: str, table: str) -> int:
+    """How many words (singular and plural alike) a table's name shares with the question."""
+    return len(_words(question) & _words(table))
+
+
+def distractor_table(question: Question, sandbox: Sandbox, gold_tables: list[str], seed: int) -> str | None:
+    """The table outside the gold query a model would most likely open: the most question-like name, ties broken by
+    a stable hash. None when every table is a gold one."""
+    gold = {t.lower() for t in gold_tables}
+    others = [t for t in sandbox.table_names() if t.lower() not in gold]
+    if not others:
+        return None
+    return max(others, key=lambda t: (table_relevance(question.question, t), -stable_hash(seed, f"sft-distractor:{question.id}:{t}")))
+
+
+def exploration_order(question: Question, tables: list[str], seed: int) -> list[str]:
+    """`tables` in the order a reader of the question would open them: most shared words first, then a stable hash."""
+    return sorted(tables, key=lambda t: (-table_relevance(question.question, t), stable_hash(seed, f"sft-order:{question.id}:{t}")))
+
+
+@dataclass(frozen=True)
+class TextFilter:
+    table: str  # the real table the column belongs to
+    column: str  # as written in the gold SQL
+    value: str  # the compared text, unquoted
+
+
+def text_filters(question: Question, sandbox: Sandbox) -> list[TextFilter]:
+    """The gold SQL's `column = 'text'` comparisons (either side) whose column resolves to one of its tables."""
+    try:
+        tree = sqlglot.parse_one(question.gold_sql, read="sqlite")
+    except SqlglotError:
+        return []
+    aliases, owners = {}, {}
+    for node in tree.find_all(exp.Table):
+        real = sandbox.resolve_table(node.name)
+        if real is None:
+            continue
+        aliases[node.alias_or_name.lower()] = real
+        for column in (sandbox.table_info(real).columns if sandbox.table_info(real) else ()):
+            owners.setdefault(column.name.lower(), real)
+    out: list[TextFilter] = []
+    for eq in tree.find_all(exp.EQ):
+        column, literal = eq.this, eq.expression
+        if isinstance(column, exp.Literal):
+            column, literal = literal, column
+        if not (isinstance(column, exp.Column) and isinstance(literal, exp.Literal) and literal.is_string):
+            continue
+        if not any(c.isalpha() for c in literal.this):
+            continue
+        table = aliases.get(column.table.lower()) if column.table else owners.get(column.name.lower())
+        if table is not None:
+            out.append(TextFilter(table, column.name, literal.this))
+    return list(dict.fromkeys(out))
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def value_check_sql(sandbox: Sandbox, flt: TextFilter) -> str | None:
+    """A query whose result shows `flt.value` as the database spells it, or None when none would (the value is not
+    in the column, or no word of it narrows the column enough)."""
+    table, column = _ident(flt.table), _ident(flt.column)
+    count = sandbox.execute(f"SELECT count(DISTINCT {column}) FROM {table}")
+    if not count.ok or not count.rows:
+        return None
+    if count.rows[0][0] <= VALUE_LIST_MAX:
+        candidates = [f"SELECT DISTINCT {column} FROM {table}"]
+    else:
+        words = sorted({w for w in re.findall(r"[A-Za-z0-9]{3,}", flt.value)}, key=lambda w: (-len(w), w))
+        candidates = [f"SELECT DISTINCT {column} FROM {table} WHERE {column} LIKE {_quote('%' + w.lower() + '%')} LIMIT {VALUE_LIST_MAX}"
+                      for w in words]  # fmt: skip
+    shown = []  # (rows, sql) of each candidate whose whole result holds the value: the narrowest wins
+    for sql in candidates:
+        result = sandbox.execute(sql)
+        if result.ok and not result.truncated and len(result.rows) <= VALUE_LIST_MAX and (flt.value,) in result.rows:
+            shown.append((len(result.rows), sql))
+    return min(shown)[1] if shown else None
+
+
+def case_variants(value: str) -> list[str]:
+    """The value as a question might write it: lower case, Title Case, UPPER CASE (those that differ from it)."""
+    variants = [value.lower(), value.title(), value.upper()]
+    return [v for v in dict.fromkeys(variants) if v != value]
+
+
+def misspelled_filter(question: Question, sandbox: Sandbox, flt: TextFilter, seed: int) -> str | None:
+    """The gold SQL with `flt.value` in another letter case, if the value occurs once in it and the database returns
+    nothing for the changed statement (no rows, or only zeros and NULLs: `looks_empty`) while the gold returns
+    something; else None."""
+    literal = _quote(flt.value)
+    if question.gold_sql.count(literal) != 1:
+        return None
+    gold = sandbox.execute(question.gold_sql)
+    if not gold.ok or looks_empty(gold.rows):
+        return None  # the gold result must differ from what the changed statement returns
+    variants = sorted(case_variants(flt.value), key=lambda v: stable_hash(seed, f"sft-case:{question.id}:{v}"))
+    for variant in variants:
+        sql = question.gold_sql.replace(literal, _quote(variant))
+        result = sandbox.execute(sql)
+        if result.ok and looks_empty(result.rows):
+            return sql
+    return None
+
+
+def looks_empty(rows: list[tuple]) -> bool:
+    """No rows, or only zeros and NULLs (`count(*)` of nothing is 0, `max` of nothing NULL): a result to doubt."""
+    return all(all(cell in (None, 0) for cell in row) for row in rows)
