@@ -56,6 +56,7 @@ class WorldParams:
     domains: list[str]
     databases_per_domain: int
     questions_per_db: int
+    side_tables: int
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ def main() -> None:
                 domains=params.world.domains,
                 databases_per_domain=params.world.databases_per_domain,
                 questions_per_db=params.world.questions_per_db,
+                side_tables=params.world.side_tables,
                 sql_timeout_s=params.env.sql_timeout_s,
             )
             if by_file:  # Spider's protocol: training files -> train, the questions file -> evaluation

@@ -17,7 +17,7 @@ from sqlenv.env.sandbox import Sandbox
 from sqlenv.env.verifier import format_answer, verify
 from sqlenv.types import HARDNESS_LEVELS, db_file
 
-SMALL = dict(domains=["retail", "sports", "hospital"], databases_per_domain=2, questions_per_db=40)
+SMALL = dict(domains=["retail", "sports", "hospital"], databases_per_domain=2, questions_per_db=40, side_tables=4)
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,29 @@ def test_same_seed_same_questions_and_bytes(worlds):
         assert db_file(pa, db_id).read_bytes() == db_file(pb, db_id).read_bytes(), db_id
 
 
+def test_side_tables_are_in_the_files_and_in_no_question(worlds, tmp_path):
+    """Side tables add what a real database holds beside the asked-about tables, and change nothing else: the same
+    questions, gold SQL and domain tables as a world built without them."""
+    path, world = worlds["a"]
+    bare = build_world(tmp_path / "bare", seed=0, **{**SMALL, "side_tables": 0})
+    assert [q.to_dict() for q in bare.questions] == [q.to_dict() for q in world.questions]
+    extra_total = 0
+    for db_id in _db_ids(path):
+        with Sandbox(db_file(path, db_id)) as box, Sandbox(db_file(tmp_path / "bare", db_id)) as plain:
+            domain_tables = plain.table_names()
+            side = sorted(set(box.table_names()) - set(domain_tables))
+            assert set(domain_tables) <= set(box.table_names()) and len(side) <= 4
+            assert side == sorted(world.stats["databases"][db_id]["side_tables"])
+            for t in domain_tables:  # the domain's tables hold the same rows
+                assert box.execute(f"SELECT * FROM {t}").rows == plain.execute(f"SELECT * FROM {t}").rows
+            for t in side:
+                assert box.execute(f"SELECT count(*) FROM {t}").rows[0][0] > 0  # real rows, not empty shells
+        asked = {t.lower() for q in world.questions if q.db_id == db_id for t in q.tables}
+        assert not asked & {t.lower() for t in side}
+        extra_total += len(side)
+    assert extra_total >= len(_db_ids(path))  # about two per database on average, not none
+
+
 def test_other_seed_other_world(worlds):
     (pa, a), (pc, c) = worlds["a"], worlds["c"]
     assert _db_ids(pa) == _db_ids(pc)  # same ids, different contents
@@ -64,7 +87,7 @@ def test_other_seed_other_world(worlds):
 def test_subset_builds_the_same_databases(worlds, tmp_path):
     """A database is a function of (seed, db_id), not of which other domains were built."""
     pa, _ = worlds["a"]
-    build_world(tmp_path / "w", seed=0, domains=["sports"], databases_per_domain=1, questions_per_db=3)
+    build_world(tmp_path / "w", seed=0, domains=["sports"], databases_per_domain=1, questions_per_db=3, side_tables=4)
     assert db_file(tmp_path / "w", "sports_1").read_bytes() == db_file(pa, "sports_1").read_bytes()
 
 
@@ -79,7 +102,8 @@ def test_databases_have_keys_and_fk_chains(worlds):
         try:
             assert con.execute("PRAGMA foreign_key_check").fetchall() == []
             tables, graph = _fk_graph(con)
-            assert 3 <= len(tables) <= 7, db_id
+            side = result.stats["databases"][db_id]["side_tables"]
+            assert 3 <= len(tables) - len(side) <= 7 and len(side) <= 4, db_id
             for t in tables:
                 assert any(r[5] for r in con.execute(f"PRAGMA table_info({t})")), f"{db_id}.{t} has no primary key"
                 assert con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] > 0

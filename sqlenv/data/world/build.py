@@ -2,8 +2,8 @@
 
 `build_world` makes `databases_per_domain` databases for each chosen domain, writes them
 as `<out_dir>/<db_id>/<db_id>.sqlite` and generates oracle-checked questions over each.
-A database is a pure function of (seed, db_id): its naming style, dropped optional tables,
-row counts, values and questions all derive from a hash of both, so building a subset of
+A database is a pure function of (seed, db_id): its naming style, dropped optional tables, side tables
+(`side_tables.py`: tables no question reads), row counts, values and questions all derive from a hash of both, so building a subset of
 domains yields exactly the databases the full world has under those ids.
 
 Writes are atomic (`sqlenv.files.atomic_dir`): everything is built in a temporary sibling
@@ -26,6 +26,8 @@ from sqlenv.data.world.domains import DOMAINS, select_domains
 from sqlenv.data.world.generate import generate_questions
 from sqlenv.data.world.naming import STYLES, name_database
 from sqlenv.data.world.populate import fill, write_sqlite
+from sqlenv.data.world.schema import DbView
+from sqlenv.data.world.side_tables import pick_side_tables
 from sqlenv.data.world.spec import Domain, longest_chain
 from sqlenv.data.world.values import ValueSource
 from sqlenv.files import atomic_dir
@@ -71,8 +73,11 @@ def build_world(
     questions_per_db: int = 130,
     max_answer_rows: int = 20,
     level_shares: dict[str, float] | None = None,
+    side_tables: int = 0,
 ) -> WorldResult:
-    """Write the world's databases under `out_dir` and return its questions and stats."""
+    """Write the world's databases under `out_dir` and return its questions and stats.
+
+    `side_tables`: each database also gets 0..this many tables no question reads (`side_tables.py`)."""
     if databases_per_domain < 1 or questions_per_db < 1:
         raise ValueError("databases_per_domain and questions_per_db must be >= 1")
     out_dir = Path(out_dir)
@@ -88,16 +93,21 @@ def build_world(
                 db_id = f"{domain.name}_{v}"
                 s = db_seed(seed, db_id)
                 spec = _variant(domain, random.Random(s))
-                view = fill(db_id, spec, name_database(spec, _style(seed, domain.name, v)), ValueSource(s))
+                side = pick_side_tables(seed, db_id, side_tables, {t.singular for t in spec.tables})
+                written = Domain(spec.name, spec.tables + side)  # side tables last: the domain's names and rows stay
+                view = fill(db_id, written, name_database(written, _style(seed, domain.name, v)), ValueSource(s))
                 path = db_file(tmp, db_id)
                 write_sqlite(view, path)
-                made = generate_questions(view, path, n=questions_per_db, seed=s, max_rows=max_answer_rows,
+                asked = DbView(view.db_id, view.domain, view.style,
+                               {k: t for k, t in view.tables.items() if k in {x.singular for x in spec.tables}})
+                made = generate_questions(asked, path, n=questions_per_db, seed=s, max_rows=max_answer_rows,
                                           shares=level_shares)
                 questions += made.questions
                 rejected.update(made.rejected)
                 empty += made.empty_by_design
                 per_db[db_id] = {
                     **view.summary(),
+                    "side_tables": [t.name for k, t in view.tables.items() if k not in asked.tables],
                     "questions": len(made.questions),
                     "hardness": dict(Counter(q.hardness for q in made.questions)),
                     "empty_by_design": made.empty_by_design,
