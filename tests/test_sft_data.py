@@ -235,13 +235,16 @@ def test_explore_trajectories_look_at_one_table_outside_the_gold_query_and_move_
         assert not any(c.startswith("Error:") for c in _tool_results(record))
 
 
+def _played(world, data, kind):
+    """(question, tool results, [(position, sql) of each query]) of every trajectory of `kind`."""
+    by_id = {q.id: q for q in world[1]}
+    for record in _of_kind(data, kind):
+        calls = _calls(record)
+        yield by_id[record["id"]], _tool_results(record), [(i, json.loads(a)["sql"]) for i, (n, a) in enumerate(calls) if n == "query"]
+
+
 def test_value_check_trajectories_look_at_the_values_before_filtering(world, data):
-    _, questions = world
-    by_id = {q.id: q for q in questions}
-    for record in _of_kind(data, "value_check"):
-        question = by_id[record["id"]]
-        calls, results = _calls(record), _tool_results(record)
-        queries = [(i, json.loads(a)["sql"]) for i, (n, a) in enumerate(calls) if n == "query"]
+    for question, results, queries in _played(world, data, "value_check"):
         (check_at, check), (gold_at, gold) = queries
         assert gold == question.gold_sql and check_at < gold_at and check.startswith("SELECT DISTINCT ")
         literals = [v for v in re.findall(r"'((?:[^']|'')*)'", gold)]
@@ -251,12 +254,7 @@ def test_value_check_trajectories_look_at_the_values_before_filtering(world, dat
 
 
 def test_empty_recovery_trajectories_meet_an_empty_result_check_the_values_and_correct(world, data):
-    _, questions = world
-    by_id = {q.id: q for q in questions}
-    for record in _of_kind(data, "empty_recovery"):
-        question = by_id[record["id"]]
-        calls, results = _calls(record), _tool_results(record)
-        queries = [(i, json.loads(a)["sql"]) for i, (n, a) in enumerate(calls) if n == "query"]
+    for question, results, queries in _played(world, data, "empty_recovery"):
         assert [i for i, _ in queries] == [queries[0][0], queries[0][0] + 1, queries[0][0] + 2]
         (wrong_at, wrong), (check_at, check), (_, fixed) = queries
         empty = results[wrong_at]

@@ -37,11 +37,12 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 def _words(text: str) -> set[str]:
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", text)  # camelCase -> camel Case
-    return {_stem(w) for w in _WORD.findall(spaced.lower().replace("_", " ")) if len(w) > 1}
+    return {singular(w) for w in _WORD.findall(spaced.lower().replace("_", " ")) if len(w) > 1}
 
 
-def _stem(word: str) -> str:
-    # plural and singular meet: "flights" ~ "flight", "countries" ~ "country", "classes" ~ "class"
+def singular(word: str) -> str:
+    """A lower-case English word's singular, roughly: "flights" -> "flight", "countries" -> "country", "classes" ->
+    "class" (so a question's plural meets a table's singular)."""
     if word.endswith("ies") and len(word) > 4:
         return word[:-3] + "y"
     if word.endswith(("sses", "shes", "ches", "xes")):

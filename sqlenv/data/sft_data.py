@@ -140,19 +140,9 @@ def column_guesses(column: str, table: str) -> list[str]:
     else:
         table_words = _words(table)
         if table_words:
-            singular = _singular(table_words[-1])
+            singular = exploring.singular(table_words[-1])
             guesses.append(f"{singular}_{words[0]}")
     return list(dict.fromkeys(guesses))
-
-
-def _singular(word: str) -> str:
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith(("sses", "shes", "ches", "xes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
-        return word[:-1]
-    return word
 
 
 def table_guesses(table: str) -> list[str]:
