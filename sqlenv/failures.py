@@ -114,7 +114,7 @@ def calls(messages: Sequence[Mapping[str, Any]]) -> list[_Call]:
 
 def _gold_shown(observation: str, gold_rows: Sequence[Sequence[Any]]) -> bool:
     if not gold_rows:
-        return observation.endswith(_EMPTY_FOOTER)
+        return prompts.without_notes(observation).endswith(_EMPTY_FOOTER)
     shown = set(prompts.result_cells(observation))
     gold = {prompts.render_cell(v) for row in gold_rows for v in row}
     return bool(gold) and gold <= shown
@@ -157,7 +157,7 @@ def diagnose(record: EpisodeRecord, gold_rows: Sequence[Sequence[Any]] | None = 
     last_result: str | None = None
     for call in played:
         if call.tool == "answer":
-            empty_answered = last_result is not None and last_result.endswith(_EMPTY_FOOTER)
+            empty_answered = last_result is not None and prompts.without_notes(last_result).endswith(_EMPTY_FOOTER)
             break
         if call.tool == "query" and not call.failed:
             last_result = call.observation

@@ -127,3 +127,18 @@ def test_outcomes_are_exclusive(concert_db_dir, outcome):
         "unanswered_other": dataclasses.replace(base, answered=False, correct=False, end_reason="turn budget"),
     }
     assert diagnose(variants[outcome]).outcome == outcome
+
+
+def test_the_environments_notes_do_not_hide_an_empty_result_or_the_gold(concert_db_dir):
+    """Near the end of the budget every observation carries a note after the result: the taxonomy reads the result."""
+    empty = played(concert_db_dir, Q_FRANCE, [
+        ("query", {"sql": "SELECT name FROM singer WHERE country = 'france'"}),
+        ("answer", {"value": "none"}),
+    ], step_budget=3, budget_notice_at=3)  # fmt: skip
+    assert "\n\nNote: 2 calls are left" in empty.messages[3]["content"]
+    assert diagnose(empty, FRANCE_ROWS).empty_answered
+    shown = played(concert_db_dir, Q_FRANCE, [
+        ("query", {"sql": "SELECT name FROM singer WHERE country = 'France' ORDER BY age DESC"}),
+        ("answer", {"value": "Joe Sharp"}),
+    ], step_budget=3, budget_notice_at=3)  # fmt: skip
+    assert diagnose(shown, FRANCE_ROWS).gold_in_last_result is True

@@ -357,7 +357,7 @@ def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | Non
 
 def _doubtful(observation: str) -> bool:
     """A rendered result with no rows, or only zeros and NULLs (what `exploring.looks_empty` accepted)."""
-    return observation.endswith("(0 rows)") or all(c in ("0", "NULL", "0.0") for c in prompts.result_cells(observation))
+    return prompts.without_notes(observation).endswith("(0 rows)") or all(c in ("0", "NULL", "0.0") for c in prompts.result_cells(observation))
 
 
 def build_sft_data(

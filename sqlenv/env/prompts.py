@@ -197,12 +197,17 @@ def _text_block(rows: Sequence[Sequence[Any]]) -> str | None:
     return block
 
 
+def without_notes(observation: str) -> str:
+    """An observation without what the environment added after it (its notes, the step budget's end)."""
+    return observation.split(NOTE_PREFIX, 1)[0].split("\n\n" + ERROR_PREFIX, 1)[0]
+
+
 def result_cells(observation: str) -> list[str]:
     """The cells `render_result` showed (rows between its header and its count footer, split on the column
     separator); nothing for an error or a table description."""
     if observation.startswith(ERROR_PREFIX) or observation.startswith("Table "):
         return []
-    observation = observation.split(NOTE_PREFIX, 1)[0].split("\n\n" + ERROR_PREFIX, 1)[0]  # the result, not what follows
+    observation = without_notes(observation)
     rows = [line for line in observation.split("\n")[1:-1] if not line.startswith(_ELLIPSIS)]
     return [cell for row in rows for cell in row.split(_COLUMN_SEP)]
 
