@@ -301,6 +301,21 @@ def test_episode_diagnostics_parse_rate_and_turns():
     assert d["episode/turns"] == 1.5 and d["episode/tokens"] == 7 and d["episode/argument_error_rate"] == 0.5
     nothing = episode_diagnostics([episode], [[{"role": "assistant", "content": "hi"}]], [[0]])
     assert nothing["episode/tool_call_parse_rate"] != nothing["episode/tool_call_parse_rate"]  # NaN: nothing tried
+    assert nothing["episode/mixed_correctness"] != nothing["episode/mixed_correctness"]  # NaN: no group
+
+
+def test_episode_diagnostics_count_groups_of_mixed_correctness():
+    """Only a group whose episodes differ in correctness gives the correctness term an advantage."""
+    def ep(qid, correct):
+        return {"question_id": qid, "steps": 1, "correct": correct, "answered": True, "parse_failures": 0,
+                "calls_after_end": 0, "budget_exhausted": False}  # fmt: skip
+
+    episodes = [ep("a", True), ep("a", False), ep("b", True), ep("b", True), ep("c", False), ep("c", False),
+                ep("d", False), ep("d", True)]  # fmt: skip
+    d = episode_diagnostics(episodes, [[]] * 8, [[0]] * 8)
+    assert d["episode/mixed_correctness"] == 0.5 and d["episode/informative_rollouts"] == 0.5
+    d = episode_diagnostics(episodes[2:6], [[]] * 4, [[0]] * 4)
+    assert d["episode/mixed_correctness"] == 0.0 and d["episode/informative_rollouts"] == 0.0
 
 
 # ----------------------------------------------------------------------------------- checkpoints

@@ -44,7 +44,8 @@ ALPHA = 0.05
 TABLE_KEYS = ("n", "correct", "accuracy", "accuracy_low", "accuracy_high", "parse_rate", "lenient_parse_rate",
               "valid_call_rate", "steps_mean", "answered_rate", "calls_after_answer_mean", "tokens_mean")  # fmt: skip
 # What each curve summary reports (first/last-quarter means), when the column exists and has values.
-CURVE_SUMMARY = {"sft": ("loss",), "grpo": ("reward", "rewards/correctness/mean", "episode/accuracy", "kl")}
+CURVE_SUMMARY = {"sft": ("loss",), "grpo": ("reward", "rewards/correctness/mean", "episode/accuracy", "kl",
+                                               "episode/mixed_correctness")}
 
 
 def result_mode(info: Mapping[str, Any]) -> str:

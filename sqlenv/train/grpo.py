@@ -77,7 +77,7 @@ TOOL_CALL_TAG = "<tool_call>"
 EPISODE_METRICS = (
     "episode/accuracy", "episode/answered", "episode/turns", "episode/tool_calls", "episode/tokens",
     "episode/tool_call_parse_rate", "episode/argument_error_rate", "episode/calls_after_answer",
-    "episode/budget_exhausted",
+    "episode/budget_exhausted", "episode/mixed_correctness", "episode/informative_rollouts",
 )  # fmt: skip
 
 
@@ -222,6 +222,11 @@ def episode_diagnostics(
             parsed += ok
             attempted += ok or TOOL_CALL_TAG in str(message.get("content") or "")
     calls = sum(e["steps"] for e in episodes)
+    groups: dict[Any, list[bool]] = {}
+    for e in episodes:
+        groups.setdefault(e.get("question_id"), []).append(bool(e["correct"]))
+    played_twice = [g for key, g in groups.items() if key is not None and len(g) > 1]
+    mixed = [g for g in played_twice if len(set(g)) > 1]
     return {
         "episode/accuracy": sum(bool(e["correct"]) for e in episodes) / n,
         "episode/answered": sum(bool(e["answered"]) for e in episodes) / n,
@@ -232,6 +237,8 @@ def episode_diagnostics(
         "episode/argument_error_rate": sum(e["parse_failures"] for e in episodes) / calls if calls else 0.0,
         "episode/calls_after_answer": sum(e["calls_after_end"] for e in episodes) / n,
         "episode/budget_exhausted": sum(bool(e["budget_exhausted"]) for e in episodes) / n,
+        "episode/mixed_correctness": len(mixed) / len(played_twice) if played_twice else math.nan,
+        "episode/informative_rollouts": sum(map(len, mixed)) / sum(map(len, played_twice)) if played_twice else math.nan,
     }
 
 
