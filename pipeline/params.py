@@ -102,6 +102,7 @@ class SFTDataParams:
     explore_fraction: float
     value_check_fraction: float
     empty_recovery_fraction: float
+    wrong_join_fraction: float
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ def data(world):
     return build_sft_data(questions, db_dir, EnvConfig(), MIX)
 
 
-MIX = SFTDataConfig(error_recovery_fraction=0.3, sample_fraction=0.15, explore_fraction=0.15, value_check_fraction=0.15,
-                    empty_recovery_fraction=0.15)  # fmt: skip
+MIX = SFTDataConfig(error_recovery_fraction=0.2, sample_fraction=0.15, explore_fraction=0.15, value_check_fraction=0.15,
+                    empty_recovery_fraction=0.15, wrong_join_fraction=0.1)  # fmt: skip
 
 
 def _calls(record):
@@ -144,14 +144,14 @@ def test_deterministic_and_seeded(world, data):
 def test_kind_shares_follow_the_fractions(world):
     ids = [f"q{i}" for i in range(4000)]
     kinds = [assigned_kind(i, MIX) for i in ids]
-    for kind, share in {"recovery": 0.3, "sample": 0.15, "explore": 0.15, "value_check": 0.15, "empty_recovery": 0.15,
-                        "plain": 0.1}.items():  # fmt: skip
+    for kind, share in {"recovery": 0.2, "sample": 0.15, "explore": 0.15, "value_check": 0.15, "empty_recovery": 0.15,
+                        "wrong_join": 0.1, "plain": 0.1}.items():  # fmt: skip
         assert abs(kinds.count(kind) / len(ids) - share) < 0.03, kind
     nothing = SFTDataConfig(**dict.fromkeys(SHARES.values(), 0.0))
     assert {assigned_kind(i, nothing) for i in ids} == {"plain"}
     with pytest.raises(ValueError, match="error_recovery_fraction"):
         SFTDataConfig(error_recovery_fraction=1.5)
-    with pytest.raises(ValueError, match="add up to 1.4 > 1"):
+    with pytest.raises(ValueError, match="add up to 1.5 > 1"):
         SFTDataConfig(error_recovery_fraction=0.5, explore_fraction=0.5)
 
 
@@ -262,6 +262,21 @@ def test_empty_recovery_trajectories_meet_an_empty_result_check_the_values_and_c
         assert fixed == question.gold_sql and wrong != fixed and wrong.lower() == fixed.lower()  # one value's case
         assert check.startswith("SELECT DISTINCT ") and results[check_at] != empty
         assert results[check_at + 1] != empty  # the corrected query finds what the first one missed
+        assert not any(c.startswith("Error:") for c in results)
+
+
+def test_wrong_join_trajectories_meet_an_empty_join_read_the_foreign_key_and_correct(world):
+    only = SFTDataConfig(**{**dict.fromkeys(SHARES.values(), 0.0), "wrong_join_fraction": 1.0})
+    joins = build_sft_data(world[1], world[0], EnvConfig(), only)  # the kind needs a join: few questions have one
+    assert joins.unavailable["wrong_join"] == sum(r["kind"] == "explore" for r in joins.records)  # fell back, counted
+    for question, results, queries in _played(world, joins, "wrong_join"):
+        (wrong_at, wrong), (fixed_at, fixed) = queries
+        assert fixed == question.gold_sql and wrong != fixed and " JOIN " in wrong.upper()
+        assert len(wrong.split()) == len(fixed.split())  # one column of a join condition moved, nothing else
+        assert prompts.without_notes(results[wrong_at]).endswith("(0 rows)") or \
+            set(prompts.result_cells(results[wrong_at])) <= {"0", "NULL"}  # fmt: skip
+        described = results[wrong_at + 1]
+        assert fixed_at == wrong_at + 2 and described.startswith("Table ") and "Foreign keys:" in described
         assert not any(c.startswith("Error:") for c in results)
 
 

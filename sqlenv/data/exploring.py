@@ -15,6 +15,12 @@ model has to do without it, each step a real call through the environment:
   first, sees `(0 rows)`, checks the column's values, and runs the corrected query — the recovery real databases ask
   for most ('USA' vs 'United States', 'F' vs 'female'), never a repeat of the query that came back empty.
 
+- `wrong_join`: the gold SQL with one side of a join condition moved to another key column of its table
+  (`T1.flight_id = T2.aircraft_id` for `T1.flight_id = T2.flight_id`), kept only if the database really returns
+  nothing for it. A `wrong_join` trajectory runs that before describing the table whose foreign key names the
+  join, sees `(0 rows)`, describes it and runs the corrected query: a query that runs but is wrong, recovered by
+  reading the schema, not by repeating it.
+
 Nothing here reads the question's answer; every choice is a stable hash of (seed, question id) or a property of the
 names, so the same data comes out on every machine.
 """
@@ -165,3 +171,63 @@ def misspelled_filter(question: Question, sandbox: Sandbox, flt: TextFilter, see
 def looks_empty(rows: list[tuple]) -> bool:
     """No rows, or only zeros and NULLs (`count(*)` of nothing is 0, `max` of nothing NULL): a result to doubt."""
     return all(all(cell in (None, 0) for cell in row) for row in rows)
+
+
+def splice(sql: str, ident: exp.Identifier, replacement: str) -> str | None:
+    """`sql` with the identifier `ident` (located by sqlglot) replaced in place; None without reliable offsets."""
+    start, end = ident.meta.get("start"), ident.meta.get("end")
+    if start is None or end is None or sql[start : end + 1] != ident.name:
+        return None  # no reliable offsets: better no corruption than a corrupted statement we can't explain
+    return sql[:start] + replacement + sql[end + 1 :]
+
+
+@dataclass(frozen=True)
+class WrongJoin:
+    sql: str
+    table: str  # the real table whose foreign key names the right join (the one to describe after the empty result)
+
+
+def wrong_join(question: Question, sandbox: Sandbox, seed: int) -> WrongJoin | None:
+    """The gold SQL with one column of a `JOIN ... ON a = b` moved to another key column (the primary key or an
+    `*_id` column) of the same table, if the database returns nothing for it while the gold returns something."""
+    try:
+        tree = sqlglot.parse_one(question.gold_sql, read="sqlite")
+    except SqlglotError:
+        return None
+    gold = sandbox.execute(question.gold_sql)
+    if not gold.ok or looks_empty(gold.rows):
+        return None
+    aliases = {}
+    for node in tree.find_all(exp.Table):
+        real = sandbox.resolve_table(node.name)
+        if real is not None:
+            aliases[node.alias_or_name.lower()] = real
+    options: list[WrongJoin] = []
+    for join in tree.find_all(exp.Join):
+        on = join.args.get("on")
+        if not (isinstance(on, exp.EQ) and isinstance(on.this, exp.Column) and isinstance(on.expression, exp.Column)):
+            continue
+        sides = [(c, aliases.get(c.table.lower())) for c in (on.this, on.expression)]
+        if any(t is None or not c.table for c, t in sides):
+            continue
+        infos = {t: sandbox.table_info(t) for _, t in sides}
+        # the table holding the foreign key that names this join: describing it shows the right pair
+        owner = next((t for c, t in sides if infos[t] and any(fk.column.lower() == c.name.lower()
+                                                                  for fk in infos[t].foreign_keys)), sides[0][1])  # fmt: skip
+        for column, table in sides:
+            info = infos[table]
+            if info is None or column.this.quoted:
+                continue
+            keys = [c.name for c in info.columns if c.name.lower() != column.name.lower()
+                    and (c.primary_key or c.name.lower().endswith("id"))]  # fmt: skip
+            for key in sorted(keys, key=lambda k: stable_hash(seed, f"sft-join:{question.id}:{k}")):
+                sql = splice(question.gold_sql, column.this, key)
+                if sql is None:
+                    continue
+                result = sandbox.execute(sql)
+                if result.ok and looks_empty(result.rows):
+                    options.append(WrongJoin(sql, owner))
+                    break
+    if not options:
+        return None
+    return min(options, key=lambda w: stable_hash(seed, f"sft-join-pick:{question.id}:{w.sql}"))

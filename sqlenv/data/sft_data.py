@@ -5,7 +5,7 @@ environment's own text and each message is rendered by `sqlenv.env.prompts` in t
 time (system + user(question + tables), assistant turns with structured `tool_calls` whose arguments are
 JSON strings, `role: "tool"` results, and a closing plain assistant turn so the model learns to stop).
 
-Six kinds, chosen per question by a stable hash of (seed, id) — never by file order — in the shares of
+Seven kinds, chosen per question by a stable hash of (seed, id) — never by file order — in the shares of
 `SFTDataConfig` (the rest `plain`). The last three are what an agent that does not know the answer does on a real
 database (`sqlenv.data.exploring`):
 - `plain`:    describe each table the gold SQL reads → query the gold SQL → answer → plain reply;
@@ -17,6 +17,8 @@ database (`sqlenv.data.exploring`):
 - `empty_recovery`: the gold query with a text value in the case a question writes it (`'delayed'`) → the database
   really returns nothing (or only zeros) → look at the column's values → the corrected query
   (`empty_recovery_fraction`);
+- `wrong_join`: a join on the wrong key column that runs and returns nothing → describe the table whose
+  foreign key names the join → the corrected query (`wrong_join_fraction`);
 - `recovery`: a plausible wrong query — one column or table reference of the gold SQL renamed, with
   sqlglot locating it, to a name a pretrained model would guess (`name` for `std_name`, `year_built` for
   `yr_built`, `FLIGHT` for `FLIGHTS`) — → the environment's real `Error: no such column/table ...` →
@@ -26,8 +28,8 @@ database (`sqlenv.data.exploring`):
 A question a kind cannot be played on (no rename yields a real name error; no text filter, or none whose other
 spelling comes back empty; no table outside the gold query) falls back to `explore`, else `plain`, and is counted
 by wanted kind (`unavailable`). Only trajectories the verifier accepts are kept; the others are counted by reason.
-What this does not do: recover from a wrong join or grain, or from a wrong *answer* — the teacher still writes the
-gold SQL in the end.
+What this does not do: recover from the wrong grain, or from a wrong *answer* — the teacher still writes the gold SQL
+in the end.
 """
 
 from __future__ import annotations
@@ -54,11 +56,12 @@ from sqlenv.env.sandbox import Sandbox
 from sqlenv.env.trl_adapter import tool_schemas
 from sqlenv.types import HARDNESS_LEVELS, Question, stable_hash
 
-KINDS: tuple[str, ...] = ("plain", "sample", "recovery", "explore", "value_check", "empty_recovery")
+KINDS: tuple[str, ...] = ("plain", "sample", "recovery", "explore", "value_check", "empty_recovery", "wrong_join")
 # The order the shares are laid out on [0, 1) by `assigned_kind` (the rest is plain); SFTDataConfig's field of each.
 SHARES: dict[str, str] = {
     "recovery": "error_recovery_fraction",
     "empty_recovery": "empty_recovery_fraction",
+    "wrong_join": "wrong_join_fraction",
     "value_check": "value_check_fraction",
     "explore": "explore_fraction",
     "sample": "sample_fraction",
@@ -75,9 +78,10 @@ class SFTDataConfig:
 
     error_recovery_fraction: float = 0.2
     sample_fraction: float = 0.1
-    explore_fraction: float = 0.2
+    explore_fraction: float = 0.15
     value_check_fraction: float = 0.15
     empty_recovery_fraction: float = 0.15
+    wrong_join_fraction: float = 0.1
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -215,7 +219,7 @@ def wrong_queries(question: Question, sandbox: Sandbox) -> list[WrongQuery]:
         for guess in column_guesses(ident.name, owner):
             if guess.lower() in taken_columns or guess.lower() in RESERVED or not _IDENT.match(guess):
                 continue
-            spliced = _splice(sql, ident, guess)
+            spliced = exploring.splice(sql, ident, guess)
             if spliced:
                 out.append(WrongQuery(spliced, "column", ident.name, guess, owner))
                 break
@@ -227,18 +231,11 @@ def wrong_queries(question: Question, sandbox: Sandbox) -> list[WrongQuery]:
         for guess in table_guesses(ident.name):
             if guess.lower() in taken_tables or guess.lower() in RESERVED or not _IDENT.match(guess):
                 continue
-            spliced = _splice(sql, ident, guess)
+            spliced = exploring.splice(sql, ident, guess)
             if spliced:
                 out.append(WrongQuery(spliced, "table", ident.name, guess, real))
                 break
     return list({w.sql: w for w in out}.values())
-
-
-def _splice(sql: str, ident: exp.Identifier, replacement: str) -> str | None:
-    start, end = ident.meta.get("start"), ident.meta.get("end")
-    if start is None or end is None or sql[start : end + 1] != ident.name:
-        return None  # no reliable offsets: better no corruption than a corrupted statement we can't explain
-    return sql[:start] + replacement + sql[end + 1 :]
 
 
 def _pick_wrong_query(question: Question, sandbox: Sandbox, seed: int) -> WrongQuery | None:
@@ -277,7 +274,7 @@ def trajectory_calls(
     (`schema: full`) nothing is described up front; the recovery describes the table after the error.
     """
     calls = oracle_calls(question, sandbox, sample=kind == "sample", config=env_config)
-    if kind in ("explore", "value_check", "empty_recovery"):
+    if kind in ("explore", "value_check", "empty_recovery", "wrong_join"):
         played = _exploring_calls(question, sandbox, kind, seed, calls, env_config)
         if played is not None:
             return kind, played
@@ -302,6 +299,14 @@ def _exploring_calls(
     describes = [c for c in calls if c[0] == "describe"]
     rest = [c for c in calls if c[0] != "describe"]  # the gold query and the answer
     gold_tables = [c[1]["table_name"] for c in describes]
+    if kind == "wrong_join":
+        wrong = exploring.wrong_join(question, sandbox, seed)
+        if wrong is None or env_config.schema == "full":
+            return None
+        owner = [c for c in describes if c[1]["table_name"] == wrong.table]
+        before = [c for c in describes if c[1]["table_name"] != wrong.table]
+        after = owner or [("describe", {"table_name": wrong.table})]
+        return before + [("query", {"sql": wrong.sql})] + after + rest
     if kind == "explore":
         if env_config.schema == "full":
             return None  # the schema is in the prompt: nothing to explore
@@ -346,12 +351,14 @@ def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | Non
             return "recovery_without_describe_then_query"
     elif errors:
         return "unexpected_error"
-    if kind in ("value_check", "empty_recovery"):
+    if kind in ("value_check", "empty_recovery", "wrong_join"):
         queries = [i for i, m in enumerate(calls) if m["tool_calls"][0]["function"]["name"] == "query"]
-        if len(queries) != (2 if kind == "value_check" else 3):
+        if len(queries) != {"value_check": 2, "empty_recovery": 3, "wrong_join": 2}[kind]:
             return f"{kind}_without_its_queries"
-        if kind == "empty_recovery" and not _doubtful(results[queries[0]]["content"]):
-            return "empty_recovery_without_an_empty_result"
+        if kind != "value_check" and not _doubtful(results[queries[0]]["content"]):
+            return f"{kind}_without_an_empty_result"
+        if kind == "wrong_join" and calls[queries[0] + 1]["tool_calls"][0]["function"]["name"] != "describe":
+            return "wrong_join_without_describe_then_query"
     return None
 
 
