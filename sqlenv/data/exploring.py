@@ -34,6 +34,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from sqlenv.env import prompts
 from sqlenv.env.sandbox import Sandbox
 from sqlenv.types import Question, stable_hash
 
@@ -171,6 +172,14 @@ def misspelled_filter(question: Question, sandbox: Sandbox, flt: TextFilter, see
 def looks_empty(rows: list[tuple]) -> bool:
     """No rows, or only zeros and NULLs (`count(*)` of nothing is 0, `max` of nothing NULL): a result to doubt."""
     return all(all(cell in (None, 0) for cell in row) for row in rows)
+
+
+def shows_nothing(observation: str) -> bool:
+    """A rendered result `looks_empty` would accept: "(0 rows)", or cells that are all zeros and NULLs."""
+    if prompts.without_notes(observation).endswith("(0 rows)"):
+        return True
+    cells = prompts.result_cells(observation)  # none for an error or a table description
+    return bool(cells) and all(cell in ("0", "NULL", "0.0") for cell in cells)
 
 
 def splice(sql: str, ident: exp.Identifier, replacement: str) -> str | None:

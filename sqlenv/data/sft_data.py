@@ -6,8 +6,8 @@ time (system + user(question + tables), assistant turns with structured `tool_ca
 JSON strings, `role: "tool"` results, and a closing plain assistant turn so the model learns to stop).
 
 Seven kinds, chosen per question by a stable hash of (seed, id) — never by file order — in the shares of
-`SFTDataConfig` (the rest `plain`). The last three are what an agent that does not know the answer does on a real
-database (`sqlenv.data.exploring`):
+`SFTDataConfig` (the rest `plain`). The four after `sample` are what an agent that does not know the answer does on a
+real database (`sqlenv.data.exploring`):
 - `plain`:    describe each table the gold SQL reads → query the gold SQL → answer → plain reply;
 - `sample`:   the same with one `sample` of the first table before the query (`sample_fraction`);
 - `explore`:  describe the gold tables and one more, in the order their names match the question, the extra one
@@ -295,7 +295,8 @@ def trajectory_calls(
 def _exploring_calls(
     question: Question, sandbox: Sandbox, kind: str, seed: int, calls: list[tuple[str, dict[str, Any]]], env_config: EnvConfig
 ) -> list[tuple[str, dict[str, Any]]] | None:
-    """The calls of an explore / value_check / empty_recovery trajectory, or None where the question has no such move."""
+    """The calls of an explore / value_check / empty_recovery / wrong_join trajectory, or None where the question has
+    no such move."""
     describes = [c for c in calls if c[0] == "describe"]
     rest = [c for c in calls if c[0] != "describe"]  # the gold query and the answer
     gold_tables = [c[1]["table_name"] for c in describes]
@@ -355,16 +356,11 @@ def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | Non
         queries = [i for i, m in enumerate(calls) if m["tool_calls"][0]["function"]["name"] == "query"]
         if len(queries) != {"value_check": 2, "empty_recovery": 3, "wrong_join": 2}[kind]:
             return f"{kind}_without_its_queries"
-        if kind != "value_check" and not _doubtful(results[queries[0]]["content"]):
+        if kind != "value_check" and not exploring.shows_nothing(results[queries[0]]["content"]):
             return f"{kind}_without_an_empty_result"
         if kind == "wrong_join" and calls[queries[0] + 1]["tool_calls"][0]["function"]["name"] != "describe":
             return "wrong_join_without_describe_then_query"
     return None
-
-
-def _doubtful(observation: str) -> bool:
-    """A rendered result with no rows, or only zeros and NULLs (what `exploring.looks_empty` accepted)."""
-    return prompts.without_notes(observation).endswith("(0 rows)") or all(c in ("0", "NULL", "0.0") for c in prompts.result_cells(observation))
 
 
 def build_sft_data(

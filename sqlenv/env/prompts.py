@@ -109,6 +109,8 @@ def budget_notice(calls_left: int, answer_param: str = "value") -> str:
     """What an observation adds once few calls are left (`EnvConfig.budget_notice_at`)."""
     calls = "1 call is" if calls_left == 1 else f"{calls_left} calls are"
     return f"{NOTE_PREFIX}{calls} left in this episode. Answer with your best {answer_param} before they run out."
+
+
 _COLUMN_SEP = " | "
 _ELLIPSIS = "\u2026"  # "…": one token-cheap character for "more follows"
 
