@@ -1,0 +1,87 @@
+"""Summarise the baseline and new SFT runs of this investigation into run.json (paired, by hardness, taxonomy).
+
+    .venv/bin/python experiments/exploring_teacher_44/summarise.py
+
+Reads the records copied into this folder: `<side>/transfer_sft/`, `<side>/transfer_base_sql/` (baseline only) and
+`<side>/heldout_v1/` (each a samples.jsonl.gz + metrics.json), for side in baseline, new.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))
+
+from sqlenv.eval.evaluation import paired_comparisons  # noqa: E402
+from sqlenv.eval.stats import wilson_interval  # noqa: E402
+from sqlenv.failures import summarise as failure_summary  # noqa: E402
+from sqlenv.report.results import read_records  # noqa: E402
+from sqlenv.types import HARDNESS_LEVELS  # noqa: E402
+
+
+def load(folder: Path):
+    """The folder's episodes by question id (samples.jsonl.gz, as committed here)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / "samples.jsonl"
+        plain.write_bytes(gzip.decompress((folder / "samples.jsonl.gz").read_bytes()))
+        return {r.question_id: r for r in read_records(plain)}
+
+
+def accuracy(records) -> dict:
+    n = len(records)
+    k = sum(bool(r.correct) for r in records)
+    lo, hi = wilson_interval(k, n)
+    unanswered = sum(not r.answered for r in records)
+    return {"n": n, "correct": k, "accuracy": k / n, "low": lo, "high": hi, "unanswered": unanswered,
+            "unanswered_rate": unanswered / n,
+            "failures": failure_summary([r.failure for r in records if r.failure is not None])}  # fmt: skip
+
+
+def pair(a: dict, b: dict, label_a: str, label_b: str) -> dict:
+    ids = sorted(set(a) & set(b))
+    out = {}
+    for level in ("all", *HARDNESS_LEVELS):
+        keep = [i for i in ids if level == "all" or a[i].hardness == level]
+        if not keep:
+            continue
+        (row,) = paired_comparisons({label_a: [a[i] for i in keep], label_b: [b[i] for i in keep]})
+        out[level] = row
+    return out
+
+
+def main() -> None:
+    result = {}
+    base_t, new_t = load(HERE / "baseline/transfer_sft"), load(HERE / "new/transfer_sft")
+    single = load(HERE / "baseline/transfer_base_sql")
+    base_h, new_h = load(HERE / "baseline/heldout_v1"), load(HERE / "new/heldout_v1")
+    result["transfer"] = {"baseline_sft": accuracy(list(base_t.values())), "new_sft": accuracy(list(new_t.values())),
+                          "base_sql": accuracy(list(single.values())),
+                          "new_vs_baseline": pair(new_t, base_t, "new_sft", "baseline_sft"),
+                          "baseline_vs_single_shot": pair(base_t, single, "baseline_sft", "base_sql"),
+                          "new_vs_single_shot": pair(new_t, single, "new_sft", "base_sql")}  # fmt: skip
+    result["heldout_v1"] = {"baseline_sft": accuracy(list(base_h.values())), "new_sft": accuracy(list(new_h.values())),
+                            "new_vs_baseline": pair(new_h, base_h, "new_sft", "baseline_sft")}  # fmt: skip
+    (HERE / "run.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
+    t, h = result["transfer"], result["heldout_v1"]
+    for name, block in (("transfer", t), ("heldout_v1", h)):
+        for side in ("baseline_sft", "new_sft", "base_sql"):
+            if side in block:
+                m = block[side]
+                print(f"{name:10s} {side:13s} {m['correct']:3d}/{m['n']} {100 * m['accuracy']:.1f} % "
+                      f"[{100 * m['low']:.1f}, {100 * m['high']:.1f}] unanswered {m['unanswered']} "
+                      f"{m['failures'].get('outcomes')}")  # fmt: skip
+    for name, rows in (("transfer new-baseline", t["new_vs_baseline"]), ("transfer new-single", t["new_vs_single_shot"]),
+                       ("transfer base-single", t["baseline_vs_single_shot"]), ("heldout new-baseline", h["new_vs_baseline"])):
+        r = rows["all"]
+        print(f"{name:22s} {100 * r['difference']:+.1f} [{100 * r['difference_low']:+.1f}, {100 * r['difference_high']:+.1f}] "
+              f"only a {r['only_a_correct']} only b {r['only_b_correct']} p = {r['mcnemar_p']:.4f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
