@@ -240,3 +240,28 @@ def wrong_join(question: Question, sandbox: Sandbox, seed: int) -> WrongJoin | N
     if not options:
         return None
     return min(options, key=lambda w: stable_hash(seed, f"sft-join-pick:{question.id}:{w.sql}"))
+
+
+def wrong_aliases(tree: exp.Expression, sql: str, sandbox: Sandbox, aliases: dict[str, str], tables: dict) -> list:
+    """Single-qualifier corruptions of `sql`: a column qualified by the alias of a query table that lacks it
+    (`T2.Name` where `Name` belongs to T1's table) — the name error Spider episodes met most. `aliases`: alias (lower
+    case) -> real table; `tables`: real table -> its TableInfo (both as `sft_data.wrong_queries` builds them)."""
+    from sqlenv.data.sft_data import WrongQuery  # the record type of every wrong query
+
+    columns = {t: {c.name.lower() for c in info.columns} for t, info in tables.items() if info}
+    out = []
+    for node in tree.find_all(exp.Column):
+        qualifier = node.args.get("table")
+        if not isinstance(qualifier, exp.Identifier) or qualifier.quoted or not isinstance(node.this, exp.Identifier):
+            continue
+        owner = aliases.get(qualifier.name.lower())
+        if owner is None:
+            continue
+        for alias, table in sorted(aliases.items()):
+            if table != owner and node.name.lower() not in columns.get(table, set()) and alias != qualifier.name.lower():
+                spelled = next((t.alias_or_name for t in tree.find_all(exp.Table) if t.alias_or_name.lower() == alias), alias)
+                wrong = splice(sql, qualifier, spelled)
+                if wrong:
+                    out.append(WrongQuery(wrong, "alias", f"{qualifier.name}.{node.name}", f"{spelled}.{node.name}", owner))
+                    break
+    return out

@@ -22,12 +22,15 @@ real database (`sqlenv.data.exploring`):
 - `recovery`: a plausible wrong query — one column or table reference of the gold SQL renamed, with
   sqlglot locating it, to a name a pretrained model would guess (`name` for `std_name`, `year_built` for
   `yr_built`, `FLIGHT` for `FLIGHTS`) — → the environment's real `Error: no such column/table ...` →
-  describe the table the name belongs to → the corrected (gold) query → answer (`error_recovery_fraction`).
+  describe the table the name belongs to → the corrected (gold) query → answer (`error_recovery_fraction`); or,
+  half the time where the gold SQL qualifies columns by alias, a column under another table's alias (`T2.name`
+  for `T1.name`, the name error real-database episodes met most) after every table is described → the
+  corrected query at once.
   The other gold tables are described before the wrong query (see `trajectory_calls`).
 
 A question a kind cannot be played on (no rename yields a real name error; no text filter, or none whose other
-spelling comes back empty; no table outside the gold query) falls back to `explore`, else `plain`, and is counted
-by wanted kind (`unavailable`). Only trajectories the verifier accepts are kept; the others are counted by reason.
+spelling comes back empty; no join a wrong key empties; no table outside the gold query) is played `plain` and
+counted by wanted kind (`unavailable`). Only trajectories the verifier accepts are kept; the others are counted by reason.
 What this does not do: recover from the wrong grain, or from a wrong *answer* — the teacher still writes the gold SQL
 in the end.
 """
@@ -76,9 +79,9 @@ _EXPAND.update({"std": "student", "no": "number", "nm": "name", "desc": "descrip
 class SFTDataConfig:
     """Shares of the trajectory kinds (together at most 1; the rest is `plain`); `seed` drives every per-question choice."""
 
-    error_recovery_fraction: float = 0.2
-    sample_fraction: float = 0.1
-    explore_fraction: float = 0.15
+    error_recovery_fraction: float = 0.3
+    sample_fraction: float = 0.05
+    explore_fraction: float = 0.1
     value_check_fraction: float = 0.15
     empty_recovery_fraction: float = 0.15
     wrong_join_fraction: float = 0.1
@@ -179,7 +182,7 @@ def table_guesses(table: str) -> list[str]:
 @dataclass(frozen=True)
 class WrongQuery:
     sql: str
-    kind: str  # "column" | "table"
+    kind: str  # "column" | "table" | "alias" (a column qualified by another table's alias: `T2.name` for `T1.name`)
     original: str
     guess: str
     table: str  # the real table the renamed reference belongs to (the one to describe after the error)
@@ -223,6 +226,7 @@ def wrong_queries(question: Question, sandbox: Sandbox) -> list[WrongQuery]:
             if spliced:
                 out.append(WrongQuery(spliced, "column", ident.name, guess, owner))
                 break
+    out += exploring.wrong_aliases(tree, sql, sandbox, aliases, tables)
     for node in tree.find_all(exp.Table):
         ident = node.this
         real = sandbox.resolve_table(ident.name) if isinstance(ident, exp.Identifier) else None
@@ -239,7 +243,9 @@ def wrong_queries(question: Question, sandbox: Sandbox) -> list[WrongQuery]:
 
 
 def _pick_wrong_query(question: Question, sandbox: Sandbox, seed: int) -> WrongQuery | None:
-    """The wrong query for a recovery trajectory: a column guess two times in three, else a table guess.
+    """The wrong query for a recovery trajectory: a wrong alias half the time where the query has one (what Spider
+    episodes failed on most: `T2.Name` where `Name` is T1's), else a column guess two times in three, else a table
+    guess.
 
     The candidates are tried in a stable-hash order; the first one the sandbox really rejects with a
     name error ("no such column"/"no such table") wins.
@@ -248,7 +254,7 @@ def _pick_wrong_query(question: Question, sandbox: Sandbox, seed: int) -> WrongQ
     if not candidates:
         return None
     h = stable_hash(seed, "sft-wrong:" + question.id)
-    prefer = "table" if h % 3 == 0 else "column"
+    prefer = "alias" if h % 2 == 0 and any(w.kind == "alias" for w in candidates) else "table" if h % 3 == 0 else "column"
     ordered = sorted(
         candidates,
         key=lambda w: (w.kind != prefer, stable_hash(seed, f"sft-wrong:{question.id}:{w.sql}")),
@@ -278,14 +284,16 @@ def trajectory_calls(
         played = _exploring_calls(question, sandbox, kind, seed, calls, env_config)
         if played is not None:
             return kind, played
-        return ("plain", calls) if kind == "explore" else trajectory_calls(question, sandbox, "explore", seed, env_config)
+        return "plain", calls
     if kind != "recovery":
         return kind, calls
     wrong = _pick_wrong_query(question, sandbox, seed)
     if wrong is None:
-        return trajectory_calls(question, sandbox, "explore", seed, env_config)
+        return "plain", calls
     describes = [c for c in calls if c[0] == "describe"]
     rest = [c for c in calls if c[0] != "describe"]  # the gold query and the answer
+    if wrong.kind == "alias":  # the tables are described; the error names the column: requalify it, at once
+        return "recovery", describes + [("query", {"sql": wrong.sql})] + rest
     owner = [c for c in describes if c[1]["table_name"] == wrong.table]
     before = [c for c in describes if c[1]["table_name"] != wrong.table] if owner else []
     after = owner or describes or [("describe", {"table_name": wrong.table})]
@@ -348,7 +356,9 @@ def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | Non
             return "recovery_without_single_error"
         names = [m["tool_calls"][0]["function"]["name"] for m in calls]
         at = errors[0]
-        if names[at] != "query" or names[at + 1 : at + 2] != ["describe"] or "query" not in names[at + 2 :]:
+        sent = [m["tool_calls"][0]["function"]["arguments"] for m in calls]
+        changed = names[at + 1 : at + 2] == ["query"] and sent[at + 1] != sent[at]  # a wrong alias, requalified
+        if names[at] != "query" or not (changed or names[at + 1 : at + 2] == ["describe"] and "query" in names[at + 2 :]):
             return "recovery_without_describe_then_query"
     elif errors:
         return "unexpected_error"
