@@ -1,9 +1,9 @@
 """Summarise the baseline and new SFT runs of this investigation into run.json (paired, by hardness, taxonomy).
 
-    .venv/bin/python experiments/exploring_teacher_44/summarise.py
+    .venv/bin/python experiments/exploring_teacher_44/summarise.py [v1] [v2]     -> run_v1.json, run_v2.json
 
-Reads the records copied into this folder: `<side>/transfer_sft/`, `<side>/transfer_base_sql/` (baseline only) and
-`<side>/heldout_v1/` (each a samples.jsonl.gz + metrics.json), for side in baseline, new.
+Reads the records copied into this folder: `<side>/transfer_sft/`, `baseline/transfer_base_sql/` and
+`<side>/heldout_v1/` (each a samples.jsonl.gz + metrics.json), for side in baseline and the new runs v1, v2.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def accuracy(records) -> dict:
     unanswered = sum(not r.answered for r in records)
     return {"n": n, "correct": k, "accuracy": k / n, "low": lo, "high": hi, "unanswered": unanswered,
             "unanswered_rate": unanswered / n,
-            "failures": failure_summary([r.failure for r in records if r.failure is not None])}  # fmt: skip
+            "failures": failure_summary([r.failure for r in records if r.failure])}  # fmt: skip
 
 
 def pair(a: dict, b: dict, label_a: str, label_b: str) -> dict:
@@ -55,11 +55,11 @@ def pair(a: dict, b: dict, label_a: str, label_b: str) -> dict:
     return out
 
 
-def main() -> None:
+def main(side: str) -> None:
     result = {}
-    base_t, new_t = load(HERE / "baseline/transfer_sft"), load(HERE / "new/transfer_sft")
+    base_t, new_t = load(HERE / "baseline/transfer_sft"), load(HERE / f"{side}/transfer_sft")
     single = load(HERE / "baseline/transfer_base_sql")
-    base_h, new_h = load(HERE / "baseline/heldout_v1"), load(HERE / "new/heldout_v1")
+    base_h, new_h = load(HERE / "baseline/heldout_v1"), load(HERE / f"{side}/heldout_v1")
     result["transfer"] = {"baseline_sft": accuracy(list(base_t.values())), "new_sft": accuracy(list(new_t.values())),
                           "base_sql": accuracy(list(single.values())),
                           "new_vs_baseline": pair(new_t, base_t, "new_sft", "baseline_sft"),
@@ -67,7 +67,7 @@ def main() -> None:
                           "new_vs_single_shot": pair(new_t, single, "new_sft", "base_sql")}  # fmt: skip
     result["heldout_v1"] = {"baseline_sft": accuracy(list(base_h.values())), "new_sft": accuracy(list(new_h.values())),
                             "new_vs_baseline": pair(new_h, base_h, "new_sft", "baseline_sft")}  # fmt: skip
-    (HERE / "run.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
+    (HERE / f"run_{side}.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
     t, h = result["transfer"], result["heldout_v1"]
     for name, block in (("transfer", t), ("heldout_v1", h)):
         for side in ("baseline_sft", "new_sft", "base_sql"):
@@ -84,4 +84,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    for side in sys.argv[1:] or ["v1", "v2"]:
+        print(f"--- {side} against the baseline")
+        main(side)
