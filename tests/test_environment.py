@@ -287,7 +287,7 @@ def test_database_rebuilt_in_place_is_not_served_stale(tmp_path):
 
 def test_a_failing_call_sent_again_is_told_to_change(concert_db_dir):
     # The loop the taxonomy counts most: a failing query, a describe, the very same query again.
-    env = SQLEnv(concert_db_dir, EnvConfig(budget_notice_at=0))
+    env = SQLEnv(concert_db_dir, EnvConfig(loop_notice=True))
     env.reset(Q_COUNT)
     first = env.step("query", {"sql": "SELECT singer_name FROM singer"}).observation
     env.step("describe", {"table_name": "singer"})

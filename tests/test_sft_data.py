@@ -159,7 +159,7 @@ def test_kind_shares_follow_the_fractions(world):
     assert {assigned_kind(i, nothing) for i in ids} == {"plain"}
     with pytest.raises(ValueError, match="error_recovery_fraction"):
         SFTDataConfig(error_recovery_fraction=1.5)
-    with pytest.raises(ValueError, match="add up to 1.45 > 1"):
+    with pytest.raises(ValueError, match="add up to 1.3 > 1"):
         SFTDataConfig(error_recovery_fraction=0.5, explore_fraction=0.5)
 
 

@@ -79,12 +79,12 @@ _EXPAND.update({"std": "student", "no": "number", "nm": "name", "desc": "descrip
 class SFTDataConfig:
     """Shares of the trajectory kinds (together at most 1; the rest is `plain`); `seed` drives every per-question choice."""
 
-    error_recovery_fraction: float = 0.3
-    sample_fraction: float = 0.05
-    explore_fraction: float = 0.1
-    value_check_fraction: float = 0.15
-    empty_recovery_fraction: float = 0.15
-    wrong_join_fraction: float = 0.1
+    error_recovery_fraction: float = 0.2
+    sample_fraction: float = 0.3
+    explore_fraction: float = 0.0  # the exploring kinds are off by default (experiments/exploring_teacher_44/)
+    value_check_fraction: float = 0.0
+    empty_recovery_fraction: float = 0.0
+    wrong_join_fraction: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:

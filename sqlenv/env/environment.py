@@ -103,8 +103,8 @@ class EnvConfig:
     answer: str = "value"  # value: answer(value), the value verifier | sql: answer(sql), execution accuracy
     prompt: str = "compact"  # compact: no tool list in the system prompt, no Returns in tool schemas | verbose (round 1)
     keep_distinct: bool = False  # answer=sql: EX runs both statements as written, not without DISTINCT (official)
-    loop_notice: bool = True  # a call that fails again exactly as before gets `prompts.REPEATED_FAILURE_NOTICE`
-    budget_notice_at: int = 3  # from this many calls left, each observation says how many remain (0: never)
+    loop_notice: bool = False  # a call that fails again exactly as before gets `prompts.REPEATED_FAILURE_NOTICE`
+    budget_notice_at: int = 0  # from this many calls left, each observation says how many remain (0: never)
     rewards: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
