@@ -8,18 +8,20 @@ model has to do without it, each step a real call through the environment:
   order, one of them outside the gold query (the most question-like one: what a model would open too), and moves on;
 - `text_filters`: the `column = 'text'` comparisons of the gold SQL with the table each column belongs to;
 - `value_check_sql`: the query that shows how a filtered column spells its values (`SELECT DISTINCT col FROM t`,
-  narrowed by `LIKE` on the word of the value that leaves the fewest when the column has many) — a `value_check` trajectory runs it before
-  filtering;
+  narrowed by `LIKE` on the word of the value that leaves the fewest when the column has many) — a `value_check`
+  trajectory runs it before filtering;
 - `misspelled_filter`: the gold SQL with one text value in the case a question might write it (`'delayed'` for
   `'Delayed'`), kept only if the database really returns no rows for it. An `empty_recovery` trajectory runs that
-  first, sees `(0 rows)`, checks the column's values, and runs the corrected query — the recovery real databases ask
-  for most ('USA' vs 'United States', 'F' vs 'female'), never a repeat of the query that came back empty.
-
+  first, sees `(0 rows)`, checks the column's values, and runs the corrected query — what a value spelled otherwise
+  asks for on a real database ('USA' vs 'United States', 'F' vs 'female'), never a repeat of the query that came
+  back empty;
 - `wrong_join`: the gold SQL with one side of a join condition moved to another key column of its table
   (`T1.flight_id = T2.aircraft_id` for `T1.flight_id = T2.flight_id`), kept only if the database really returns
   nothing for it. A `wrong_join` trajectory runs that before describing the table whose foreign key names the
   join, sees `(0 rows)`, describes it and runs the corrected query: a query that runs but is wrong, recovered by
-  reading the schema, not by repeating it.
+  reading the schema, not by repeating it;
+- `wrong_aliases`: the gold SQL with a column under another table's alias (`T2.Name` for `T1.Name`), for the
+  `recovery` kind: the name error real-database episodes met most.
 
 Nothing here reads the question's answer; every choice is a stable hash of (seed, question id) or a property of the
 names, so the same data comes out on every machine.
@@ -242,12 +244,23 @@ def wrong_join(question: Question, sandbox: Sandbox, seed: int) -> WrongJoin | N
     return min(options, key=lambda w: stable_hash(seed, f"sft-join-pick:{question.id}:{w.sql}"))
 
 
-def wrong_aliases(tree: exp.Expression, sql: str, sandbox: Sandbox, aliases: dict[str, str], tables: dict) -> list:
+@dataclass(frozen=True)
+class WrongQuery:
+    """A corruption of the gold SQL that fails with a real name error (`sft_data.wrong_queries`, `wrong_aliases`)."""
+
+    sql: str
+    kind: str  # "column" | "table" | "alias" (a column qualified by another table's alias: `T2.name` for `T1.name`)
+    original: str
+    guess: str
+    table: str  # the real table the renamed reference belongs to (the one to describe after the error)
+
+
+def wrong_aliases(
+    tree: exp.Expression, sql: str, sandbox: Sandbox, aliases: dict[str, str], tables: dict
+) -> list[WrongQuery]:
     """Single-qualifier corruptions of `sql`: a column qualified by the alias of a query table that lacks it
     (`T2.Name` where `Name` belongs to T1's table) — the name error Spider episodes met most. `aliases`: alias (lower
     case) -> real table; `tables`: real table -> its TableInfo (both as `sft_data.wrong_queries` builds them)."""
-    from sqlenv.data.sft_data import WrongQuery  # the record type of every wrong query
-
     columns = {t: {c.name.lower() for c in info.columns} for t, info in tables.items() if info}
     out = []
     for node in tree.find_all(exp.Column):

@@ -51,6 +51,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from sqlenv.data import exploring
+from sqlenv.data.exploring import WrongQuery
 from sqlenv.data.oracle import oracle_calls, play
 from sqlenv.data.world.naming import ABBREVIATIONS, RESERVED
 from sqlenv.env import prompts
@@ -177,15 +178,6 @@ def table_guesses(table: str) -> list[str]:
     if table.isupper():
         guesses = [g.upper() for g in guesses]
     return [g for g in dict.fromkeys(guesses) if g.lower() != low]
-
-
-@dataclass(frozen=True)
-class WrongQuery:
-    sql: str
-    kind: str  # "column" | "table" | "alias" (a column qualified by another table's alias: `T2.name` for `T1.name`)
-    original: str
-    guess: str
-    table: str  # the real table the renamed reference belongs to (the one to describe after the error)
 
 
 def wrong_queries(question: Question, sandbox: Sandbox) -> list[WrongQuery]:
