@@ -6,7 +6,8 @@
 The block sits between `<!-- results:start -->` and `<!-- results:end -->` in README.md and holds, from the
 report: its headline (the paired comparison, what it could detect, its domain-level interval), the policy table
 cut to the columns a first reader needs (accuracy with its interval, steps, answered), the headline set's
-paired comparisons and the transfer to real databases (each policy's accuracy and each agent against the single shot). The rest (every column, the n50 pairs, hardness, cost, transcripts) stays in the report,
+paired comparisons and the transfer to real databases (each policy's accuracy and each agent against the single
+shot). The rest (every column, the n50 pairs, hardness, cost, transcripts) stays in the report,
 which the block links. Maintainers refresh it with `make reference` after committing a new reference run;
 `make run` never touches it.
 """
