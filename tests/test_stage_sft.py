@@ -10,6 +10,7 @@ import mlflow
 import pytest
 from stage_harness import run_stage, small_params
 
+from sqlenv.data.sft_data import KINDS
 from sqlenv.train.tiny_model import build_tiny_model
 
 
@@ -48,7 +49,8 @@ def test_prepare_model_sft_data_sft(tmp_path, tiny_model):
     records = [json.loads(line) for line in (work / "data/sft/train.jsonl").read_text().splitlines()]
     data = json.loads((work / "reports/sft_data/metrics.json").read_text())
     assert data["kept"] == len(records) == data["candidates"] - sum(data["dropped"].values())
-    assert set(data["by_kind"]) == {"plain", "sample", "recovery"} and data["by_kind"]["recovery"] > 0
+    assert set(data["by_kind"]) == set(KINDS) and data["by_kind"]["recovery"] > 0
+    assert {k for k, n in data["by_kind"].items() if n} <= {"plain", "sample", "recovery"}  # the exploring kinds: off by default
 
     proc = run_stage(work, "sft")
     assert "Traceback" not in proc.stderr

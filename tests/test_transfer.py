@@ -102,7 +102,7 @@ def test_agents_and_single_shot_play_the_same_questions(spider_dir, tmp_path):
     assert "| sft | all | 4 |" in text and "Not run: grpo_phase2." in text
     readme_rows = transfer_rows("## Transfer to real databases\n\n" + text)  # what the README's block keeps of it
     assert readme_rows.splitlines()[0] == "| policy | n | accuracy [95 %] | answered |"
-    assert any(line.startswith("| sft | 4 | ") for line in readme_rows.splitlines())
+    assert any(line.startswith("| sft agent (hidden schema, value) | 4 | ") for line in readme_rows.splitlines())
     (pair,) = [line for line in readme_rows.splitlines() if line.startswith("| sft | ") and " − " not in line
                and line.count("|") == 6]  # fmt: skip
     assert pair.split(" | ")[2] == next(line for line in text.splitlines() if line.startswith("| sft | all |")).split(" | ")[4]
