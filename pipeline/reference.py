@@ -85,9 +85,8 @@ def rerender() -> str:
                 "grpo_phase2": params.grpo_phase2.max_completion_length}  # fmt: skip
     plots = {k: f"plots/{k}.png" for k in PLOT_KEYS if (paths.REPORTS / "plots" / f"{k}.png").is_file()}
     transfer = transfer_section(load_transfer(paths.report_dir("transfer")))  # as the report stage renders them
-    taxonomy = taxonomy_section([(r.policy, r.set, r.records) for r in inputs.results if r.records])
     return render_report(inputs, header, plots, training, stage_costs(stage_documents(paths.REPORTS)), transfer,
-                         taxonomy)  # fmt: skip
+                         taxonomy_section(inputs.results))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,3 +191,9 @@ def summarise(diagnoses: Iterable[Diagnosis | Mapping[str, Any]]) -> dict[str, A
         "habits": counts,
         "unanswered": sum(outcomes[k] for k in OUTCOMES if k.startswith("unanswered")),
     }
+
+
+def summarise_records(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
+    """`summarise` over records: each record's own diagnosis where it carries one (written by the episode loop with
+    the gold rows at hand), else one read off its transcript now."""
+    return summarise(r.failure or diagnose(r) for r in records)

@@ -109,8 +109,7 @@ def main() -> None:
         with atomic_dir(PLOTS_DIR) as tmp:  # rendered inside: a failure before report.md keeps the old plots too
             drawn = write_plots(inputs, tmp)
             text = render_report(inputs, header, {key: f"plots/{name}" for key, name in drawn.items()}, training,
-                                 costs, transfer_section(transfer), taxonomy_section(
-                                     [(r.policy, r.set, r.records) for r in inputs.results if r.records]))  # fmt: skip
+                                 costs, transfer_section(transfer), taxonomy_section(inputs.results))  # fmt: skip
         atomic_write_text(REPORT_MD, text)
 
         mlflow.log_artifact(str(REPORT_MD))

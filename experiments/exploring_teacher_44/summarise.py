@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO))
 
 from sqlenv.eval.evaluation import paired_comparisons  # noqa: E402
 from sqlenv.eval.stats import wilson_interval  # noqa: E402
-from sqlenv.failures import summarise as failure_summary  # noqa: E402
+from sqlenv.failures import summarise_records  # noqa: E402
 from sqlenv.report.results import read_records  # noqa: E402
 from sqlenv.types import HARDNESS_LEVELS  # noqa: E402
 
@@ -40,7 +40,7 @@ def accuracy(records) -> dict:
     unanswered = sum(not r.answered for r in records)
     return {"n": n, "correct": k, "accuracy": k / n, "low": lo, "high": hi, "unanswered": unanswered,
             "unanswered_rate": unanswered / n,
-            "failures": failure_summary([r.failure for r in records if r.failure])}  # fmt: skip
+            "failures": summarise_records(records)}  # fmt: skip
 
 
 def pair(a: dict, b: dict, label_a: str, label_b: str) -> dict:

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlenv.eval.stats import mcnemar_exact, paired_difference, wilson_interval
-from sqlenv.failures import diagnose, summarise
+from sqlenv.failures import summarise_records
 from sqlenv.types import HARDNESS_LEVELS, EpisodeRecord
 
 
@@ -68,7 +68,7 @@ def _metrics(records: Sequence[EpisodeRecord], alpha: float) -> dict[str, Any]:
         "reward_components": {c: _mean([r.reward_components.get(c, 0.0) for r in records]) for c in components},
         "tokens_mean": _mean([r.tokens for r in records]),
         "end_reasons": dict(sorted(Counter(r.end_reason or "unknown" for r in records).items())),
-        "failures": summarise(r.failure or diagnose(r) for r in records),
+        "failures": summarise_records(records),
         **_value_accuracy(records, alpha),
     }
 

@@ -4,12 +4,12 @@ held-out sets and the transfer set alike — is read the same way."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from sqlenv.failures import HABITS, OUTCOMES, diagnose, summarise
+from sqlenv.failures import HABITS, OUTCOMES, summarise_records
 from sqlenv.report.markdown import md_table
-from sqlenv.types import EpisodeRecord
+from sqlenv.report.results import EvalResult
 
 HEADERS = ("n", *(o.replace("_", " ") for o in OUTCOMES), *(h.replace("_", " ") for h in HABITS))
 LEGEND = ("Outcomes (one per episode) and habits (any number) are read off each episode's record "
@@ -21,20 +21,14 @@ LEGEND = ("Outcomes (one per episode) and habits (any number) are read off each 
           "– where none was).\n")  # fmt: skip
 
 
-def diagnoses(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
-    """The taxonomy's counts over `records`: each record's own diagnosis where it carries one (written with the
-    gold rows at hand), else one read off its transcript now."""
-    return summarise(r.failure if getattr(r, "failure", None) else diagnose(r) for r in records)
-
-
 def row(counts: dict[str, Any]) -> list[Any]:
     habits = ("–" if counts["habits"][h] is None else counts["habits"][h] for h in HABITS)  # –: not read
     return [counts["n"], *(counts["outcomes"][o] for o in OUTCOMES), *habits]
 
 
-def taxonomy_section(results: Sequence[tuple[str, str, Sequence[EpisodeRecord]]]) -> list[str]:
-    """Markdown lines: one row per (policy, set, episodes) given, the legend after the table."""
-    if not results:
+def taxonomy_section(results: Sequence[EvalResult]) -> list[str]:
+    """Markdown lines: one row per evaluation that kept its episodes, the legend after the table."""
+    rows = [[r.policy, r.set, *row(summarise_records(r.records))] for r in results if r.records]
+    if not rows:
         return []
-    rows = [[policy, set_name, *row(diagnoses(records))] for policy, set_name, records in results]
     return [md_table(["policy", "set", *HEADERS], rows), LEGEND]

@@ -17,9 +17,8 @@ from typing import Any
 
 from sqlenv.eval.evaluation import paired_comparisons
 from sqlenv.eval.transfer import POLICIES
-from sqlenv.failures import HABITS, OUTCOMES
+from sqlenv.failures import HABITS, OUTCOMES, summarise_records
 from sqlenv.report.markdown import md_table
-from sqlenv.report.taxonomy import diagnoses
 from sqlenv.types import HARDNESS_LEVELS, EpisodeRecord
 
 BASELINE = "base_sql"
@@ -80,7 +79,7 @@ def transfer_metrics(inputs: TransferInputs) -> dict[str, float]:
         m = doc["metrics"]
         out.update({f"transfer/{policy}/{k}": float(m[k]) for k in ("accuracy", "accuracy_low", "accuracy_high")})
         if policy != BASELINE:
-            s = diagnoses(records)
+            s = summarise_records(records)
             out[f"transfer/{policy}/unanswered_rate"] = s["unanswered"] / s["n"] if s["n"] else 0.0
     for row in _pairs(inputs):
         out[f"transfer/{row['a']}-vs-{BASELINE}/difference"] = float(row["difference"])
@@ -113,7 +112,7 @@ def transfer_section(inputs: TransferInputs) -> list[str]:
         doc, records = inputs.results[policy]
         m = doc["metrics"]
         agent = policy != BASELINE
-        s = diagnoses(records) if agent else None
+        s = summarise_records(records) if agent else None
         rows.append([LABELS[policy], m["n"], f"{_pct(m['accuracy'])} [{_pct(m['accuracy_low'])}, {_pct(m['accuracy_high'])}]",
                      _pct(m.get("answered_rate")) if agent else "–",
                      *([s["outcomes"][k] for k in OUTCOMES[1:]] if agent else ["–"] * (len(OUTCOMES) - 1)),
