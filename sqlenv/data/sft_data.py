@@ -316,7 +316,6 @@ def _exploring_calls(
             return None
         order = exploring.exploration_order(question, gold_tables + [extra], seed)
         return [("describe", {"table_name": t}) for t in order] + rest
-    checks: list[tuple[str, dict[str, Any]]] = []
     for flt in sorted(exploring.text_filters(question, sandbox), key=lambda f: stable_hash(seed, f"sft-filter:{question.id}:{f}")):
         check = exploring.value_check_sql(sandbox, flt)
         if check is None:
@@ -325,8 +324,7 @@ def _exploring_calls(
             return describes + [("query", {"sql": check})] + rest
         wrong = exploring.misspelled_filter(question, sandbox, flt, seed)
         if wrong is not None:
-            checks = [("query", {"sql": wrong}), ("query", {"sql": check})]
-            return describes + checks + rest
+            return describes + [("query", {"sql": wrong}), ("query", {"sql": check})] + rest
     return None
 
 
