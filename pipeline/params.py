@@ -120,6 +120,7 @@ class SFTParams:
     logging_steps: int
     shared_prefix: bool
     activation_checkpointing: Literal["auto", True, False]
+    train_on_mistakes: bool
 
 
 @dataclass(frozen=True)

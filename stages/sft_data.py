@@ -3,7 +3,7 @@
     python -m stages.sft_data               (params: seed, sft_data, env)
 
 Reads data/questions/train.jsonl and data/databases/. Outs: data/sft/train.jsonl (one record per kept
-trajectory: id, db_id, hardness, kind, messages, tools) and reports/sft_data/metrics.json (counts by kind
+trajectory: id, db_id, hardness, kind, messages, tools, mistakes) and reports/sft_data/metrics.json (counts by kind
 and hardness, drops by reason). Every trajectory is played through the real environment and accepted by
 the verifier; see `sqlenv.data.sft_data` for the seven kinds.
 """

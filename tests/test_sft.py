@@ -64,21 +64,38 @@ def world(tmp_path_factory):
     return db_dir, {q.id: q for q in built.questions}, records
 
 
-def test_trl_recognises_the_template_and_swaps_in_its_training_variant(tokenizer, tiny, world):
+def _trl_own_trainer(model_dir, tokenizer, records, kwargs, output_dir):
+    """TRL's own SFTTrainer on the conversational rows, `assistant_only_loss=True`: the tokens and labels that
+    `build_dataset`'s pre-tokenised rows must equal."""
+    from datasets import Dataset, Features, Json, List, Value
+    from trl import SFTConfig, SFTTrainer
+
+    features = Features({"messages": List(Json()), "tools": Value("string")})
+    if kwargs:  # SFTTrainer's own column for the template variables
+        features["chat_template_kwargs"] = Json()
+    rows = [sft.conversation(r, kwargs) for r in records]
+    args = SFTConfig(output_dir=str(output_dir), assistant_only_loss=True, max_length=4096, max_steps=1,
+                     use_cpu=True, report_to=[], save_strategy="no")
+    return SFTTrainer(model=str(model_dir), args=args, train_dataset=Dataset.from_list(rows, features=features),
+                      processing_class=tokenizer)
+
+
+def test_trl_recognises_the_template_and_swaps_in_its_training_variant(tokenizer, tiny, world, tmp_path):
     from trl.chat_template_utils import has_generation_markers
 
     assert tokenizer.chat_template == trl_chat_template("qwen2_5")
     assert not has_generation_markers(tokenizer.chat_template)
     assert training_chat_template(tokenizer) == trl_chat_template("qwen2_5_training")
     dataset, _ = build_dataset(world[2][:2], tokenizer, max_length=4096)
-    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1), "unused-output-dir")
-    assert trainer.args.assistant_only_loss
+    trainer = build_trainer(tiny, dataset, TrainConfig(max_steps=1), tmp_path)
+    assert set(dataset.column_names) == {"input_ids", "assistant_masks"}  # tokenised here: the masks are the loss
     assert "TrimHeap" in [type(c).__name__ for c in trainer.callback_handler.callbacks]  # sqlenv.train.heap
     from peft.tuners.lora import LoraLayer
 
     lora = [m for m in trainer.model.modules() if isinstance(m, LoraLayer)]
     assert lora and not any(getattr(m, "_sqlenv_cast_hook", False) for m in lora)  # peft's input casts kept in SFT
-    assert trainer.chat_template == trl_chat_template("qwen2_5_training")  # what SFTTrainer tokenises with
+    # What TRL's own conversational path would tokenise with under assistant_only_loss.
+    assert _trl_own_trainer(tiny, tokenizer, world[2][:1], {}, tmp_path).chat_template == training_chat_template(tokenizer)
 
 
 def _grpo_trainer_stub(tokenizer, env, kwargs):
@@ -169,15 +186,12 @@ def test_training_tokens_are_what_grpo_renders_and_the_model_generates(variant, 
 
 
 @pytest.mark.parametrize("template_variant", ["qwen2_5", "qwen3_nothink"], indirect=True)
-def test_every_example_trains_on_assistant_tokens_and_matches_the_trainer(variant, world):
+def test_every_example_trains_on_assistant_tokens_and_matches_the_trainer(variant, world, tmp_path):
     tokenizer, records = variant.tokenizer, world[2]
     dataset, stats = build_dataset(records, tokenizer, max_length=4096, template_kwargs=variant.kwargs)
     assert stats.examples == len(records) and stats.dropped_too_long == 0
     assert 0 < stats.assistant_tokens < stats.tokens
-    # The rows carry the kwargs in SFTTrainer's own column, and only when the model has any.
-    assert ("chat_template_kwargs" in dataset.column_names) == bool(variant.kwargs)
-    assert all(row.get("chat_template_kwargs", {}) == variant.kwargs for row in dataset)
-    trainer = build_trainer(variant.model_dir, dataset, TrainConfig(max_steps=1, max_length=4096), "unused-output-dir")
+    trainer = build_trainer(variant.model_dir, dataset, TrainConfig(max_steps=1, max_length=4096), tmp_path)
     template = training_chat_template(tokenizer)
     assert len(trainer.train_dataset) == len(records)
     for row, record in zip(trainer.train_dataset, records):
@@ -185,9 +199,39 @@ def test_every_example_trains_on_assistant_tokens_and_matches_the_trainer(varian
         assert sum(mine["assistant_masks"]) > 0
         assert row["input_ids"] == mine["input_ids"]
         assert row["labels"] == [t if m else -100 for t, m in zip(mine["input_ids"], mine["assistant_masks"])]
+    # The same tokens and labels as TRL's own conversational path (the template's kwargs in its column).
+    theirs = _trl_own_trainer(variant.model_dir, tokenizer, records, variant.kwargs, tmp_path)
+    assert [r["input_ids"] for r in theirs.train_dataset] == [r["input_ids"] for r in trainer.train_dataset]
+    assert [r["labels"] for r in theirs.train_dataset] == [r["labels"] for r in trainer.train_dataset]
 
 
-def test_the_trainer_renders_with_the_models_template_kwargs(tiny_models, world):
+def test_the_teachers_mistakes_are_read_but_not_trained_on(tokenizer, tiny, world, tmp_path):
+    """`train_on_mistakes=False`: a recovery's failing query stays in the tokens and leaves the labels; every
+    other turn keeps its labels. A record whose mistake is not an assistant turn is refused."""
+    records = [r for r in world[2] if r["kind"] == "recovery"][:3]
+    assert records and all(len(r["mistakes"]) == 1 for r in records)
+    template = training_chat_template(tokenizer)
+    for record in records:
+        trained = tokenize_record(tokenizer, record, template)
+        masked = tokenize_record(tokenizer, record, template, train_on_mistakes=False)
+        assert masked["input_ids"] == trained["input_ids"]
+        cleared = [i for i, (a, b) in enumerate(zip(trained["assistant_masks"], masked["assistant_masks"])) if a != b]
+        assert cleared and all(trained["assistant_masks"][i] and not masked["assistant_masks"][i] for i in cleared)
+        wrong = record["messages"][record["mistakes"][0]]["tool_calls"][0]["function"]["arguments"]
+        assert json.loads(wrong)["sql"] in tokenizer.decode([trained["input_ids"][i] for i in cleared])
+    on, on_stats = build_dataset(records, tokenizer, max_length=4096)
+    off, off_stats = build_dataset(records, tokenizer, max_length=4096, train_on_mistakes=False)
+    assert off_stats.mistake_turns_untrained == len(records) and on_stats.mistake_turns_untrained == 0
+    assert 0 < off_stats.assistant_tokens < on_stats.assistant_tokens
+    trainer = build_trainer(tiny, off, TrainConfig(max_steps=1, max_length=4096), tmp_path)
+    for row, mine in zip(trainer.train_dataset, off):
+        assert row["labels"] == [t if m else -100 for t, m in zip(mine["input_ids"], mine["assistant_masks"])]
+    broken = {**records[0], "mistakes": [records[0]["mistakes"][0] + 1]}  # the tool result after it
+    with pytest.raises(ValueError, match="not an assistant turn"):
+        tokenize_record(tokenizer, broken, template, train_on_mistakes=False)
+
+
+def test_the_trainer_renders_with_the_models_template_kwargs(tiny_models, world, tmp_path):
     """Under TRL's `qwen3_8` template `enable_thinking` also decides the system turn (reasoning instructions
     unless it is false). The model is prepared with enable_thinking false: the trainer's tokens, ours and
     GRPO's prompt (rendered with `grpo.template_kwargs`) all leave the instructions out."""
@@ -201,8 +245,8 @@ def test_the_trainer_renders_with_the_models_template_kwargs(tiny_models, world)
     records = records[:2]
     template = training_chat_template(tokenizer)
     dataset, _ = build_dataset(records, tokenizer, max_length=4096, template_kwargs=kwargs)
-    trainer = build_trainer(model_dir, dataset, TrainConfig(max_steps=1, max_length=4096), "unused-output-dir")
-    assert trainer.chat_template == template == trl_chat_template("qwen3_8_training")
+    trainer = build_trainer(model_dir, dataset, TrainConfig(max_steps=1, max_length=4096), tmp_path)
+    assert template == trl_chat_template("qwen3_8_training")
     env = SQLAgentEnv(db_dir=db_dir)
     for row, record in zip(trainer.train_dataset, records):
         assert row["input_ids"] == tokenize_record(tokenizer, record, template, kwargs)["input_ids"]
@@ -224,14 +268,15 @@ class _Stop(Exception):
 def test_train_sft_reads_the_kwargs_from_the_start_models_provenance(tiny_models, world, tmp_path, monkeypatch):
     seen = {}
 
-    def stop(model_path, dataset, *args, **kwargs):
-        seen["dataset"] = dataset
+    def stop(records, tokenizer, max_length, template_kwargs=None, train_on_mistakes=True):
+        seen.update(n=len(records), kwargs=template_kwargs, train_on_mistakes=train_on_mistakes)
         raise _Stop
 
-    monkeypatch.setattr(sft, "build_trainer", stop)
+    monkeypatch.setattr(sft, "build_dataset", stop)
     with pytest.raises(_Stop):
-        train_sft(world[2], tiny_models.path("qwen3_nothink"), tmp_path / "out", TrainConfig(max_examples=2))
-    assert [row["chat_template_kwargs"] for row in seen["dataset"]] == [{"enable_thinking": False}] * 2
+        train_sft(world[2], tiny_models.path("qwen3_nothink"), tmp_path / "out",
+                  TrainConfig(max_examples=2, train_on_mistakes=False))
+    assert seen == {"n": 2, "kwargs": {"enable_thinking": False}, "train_on_mistakes": False}
 
 
 def test_overlong_trajectories_are_dropped_and_counted(tokenizer, world):
@@ -426,7 +471,7 @@ def test_activation_checkpointing_is_on_in_float32_only_by_default():
 def _one_trajectory_trainer(tiny, tokenizer, world):
     """An SFT trainer of the tiny model (float32) over one trajectory: what the LM-head tests train on."""
     dataset, _ = build_dataset(world[2][:1], tokenizer, max_length=4096)
-    return build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), "unused-output-dir")
+    return build_trainer(tiny, dataset, TrainConfig(max_steps=1, max_length=4096, dtype="float32"), tiny.parent / "out")
 
 
 def _loss_and_grads(trainer, batch, read_head=False):

@@ -83,7 +83,7 @@ def test_arguments_are_json_strings_and_tools_are_the_adapter_schemas(data):
     schemas = json.dumps(tool_schemas(), ensure_ascii=False)
     for record in data.records:
         assert record["tools"] == schemas
-        assert set(record) == {"id", "db_id", "hardness", "kind", "messages", "tools"}
+        assert set(record) == {"id", "db_id", "hardness", "kind", "messages", "tools", "mistakes"}
         for name, args in _calls(record):
             assert isinstance(args, str)
             decoded = json.loads(args)
@@ -286,6 +286,26 @@ def test_wrong_join_trajectories_meet_an_empty_join_read_the_foreign_key_and_cor
         described = results[wrong_at + 1]
         assert fixed_at == wrong_at + 2 and described.startswith("Table ") and "Foreign keys:" in described
         assert not any(c.startswith("Error:") for c in results)
+
+
+def test_mistakes_mark_the_teachers_wrong_first_query_and_nothing_else(data):
+    """Each record names its deliberate mistake (SFT can leave it out of the loss): a recovery's failing query, the
+    empty first query of an empty_recovery; no other turn, and none in kinds without one."""
+    for record in data.records:
+        messages, mistakes = record["messages"], record["mistakes"]
+        if record["kind"] not in ("recovery", "empty_recovery", "wrong_join"):
+            assert mistakes == [], record["id"]
+            continue
+        assert len(mistakes) == 1, record["id"]
+        turn, result = messages[mistakes[0]], messages[mistakes[0] + 1]
+        assert turn["role"] == "assistant" and turn["tool_calls"][0]["function"]["name"] == "query"
+        first_query = next(i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("tool_calls")
+                           and m["tool_calls"][0]["function"]["name"] == "query")
+        if record["kind"] == "recovery":
+            assert result["content"].startswith("Error:"), record["id"]
+        else:
+            assert mistakes[0] == first_query and not result["content"].startswith("Error:")
+    assert {r["kind"] for r in data.records if r["mistakes"]} >= {"recovery", "empty_recovery"}
 
 
 def test_a_broken_environment_leaves_no_trajectory_of_the_new_kinds(world, monkeypatch):

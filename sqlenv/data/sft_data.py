@@ -363,6 +363,22 @@ def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | Non
     return None
 
 
+def mistake_turns(messages: Sequence[dict[str, Any]], kind: str) -> list[int]:
+    """Indices in `messages` of the assistant turns that are the teacher's deliberate mistakes: the query that
+    fails in a `recovery`, the first (empty) query of an `empty_recovery` or `wrong_join`. They stay in every
+    trajectory — the model must see what a mistake looks like and what follows it — and SFT leaves them out of
+    the loss unless `sft.train_on_mistakes` (`sqlenv.train.sft.tokenize_record`): learn the fix, not the guess."""
+    if kind not in ("recovery", "empty_recovery", "wrong_join"):
+        return []
+    queries = [
+        i for i, m in enumerate(messages[:-1])
+        if m.get("role") == "assistant" and m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == "query"
+    ]  # fmt: skip
+    if kind == "recovery":
+        return [i for i in queries if messages[i + 1].get("content", "").startswith(prompts.ERROR_PREFIX)]
+    return queries[:1]
+
+
 def build_sft_data(
     questions: Sequence[Question],
     db_dir: str | Path,
@@ -402,6 +418,7 @@ def build_sft_data(
                 "kind": kind,
                 "messages": record.messages,
                 "tools": tools,
+                "mistakes": mistake_turns(record.messages, kind),
             }
         )
     env.close()

@@ -2,21 +2,18 @@
 
 What is trained on, token for token, is what GRPO shows and generates (a test compares against how TRL's own
 GRPOTrainer tokenizes the prompt and each tool result):
-- The dataset stays *conversational*: `messages` (arguments decoded to objects by
-  `prompts.messages_for_template`) and `tools` (the JSON schemas as a string; SFTTrainer decodes it).
-  `messages` is stored as `List(Json())`: plain Arrow would unify the per-tool argument structs into one
-  struct with nulls for the other tools' parameters, and Qwen2.5's `arguments | tojson` would render them.
-- `assistant_only_loss=True` makes SFTTrainer swap the `qwen2_5` template for TRL's `qwen2_5_training`
-  (the same text plus `{% generation %}` markers); `training_chat_template` mirrors that choice so our
-  own length filter and `inspect_sft` tokenise exactly as the trainer does.
+- The rows are tokenised here (`build_dataset`: `input_ids` and `assistant_masks`, from which SFTTrainer builds
+  its labels), exactly as SFTTrainer's own conversational path with `assistant_only_loss=True` would tokenise
+  them (a test compares the two): `messages` (arguments decoded to objects by `prompts.messages_for_template`)
+  and `tools` rendered with TRL's training template for the model (`training_chat_template`: for Qwen2.5 TRL's
+  `qwen2_5_training`, the same text plus `{% generation %}` markers). Tokenising here is what lets a turn be left
+  out of the loss: the teacher's deliberate mistakes (`sft.train_on_mistakes: false`), which stay in the context.
 - The chat-template variables the start model was prepared with (`provenance.chat_template_kwargs`, e.g.
-  Qwen3's `{"enable_thinking": False}`; GRPO and evaluation render with the same) ride in each row's
-  `chat_template_kwargs` column, which SFTTrainer's tokenize step passes to `apply_chat_template`;
-  `tokenize_record` passes them too. A model without any (Qwen2.5) gets no such column: its rows are as
-  before. TRL's `qwen3_training` reads `enable_thinking` only in the generation prompt, which SFT never
-  renders, so for Qwen3 the kwargs change no SFT token today; a template that reads them elsewhere
-  (TRL's `qwen3_8_training` puts reasoning instructions in the system turn) would train on another
-  prompt than GRPO and evaluation show without them.
+  Qwen3's `{"enable_thinking": False}`; GRPO and evaluation render with the same) are passed to the template
+  for every row. TRL's `qwen3_training` reads `enable_thinking` only in the generation prompt, which SFT never
+  renders, so for Qwen3 they change no SFT token today; a template that reads them elsewhere (TRL's
+  `qwen3_8_training` puts reasoning instructions in the system turn) would train on another prompt than GRPO
+  and evaluation show without them.
 - Trajectories longer than `max_length` are dropped and counted, never truncated (a cut-off episode would
   teach the model to stop mid-call).
 
@@ -91,6 +88,7 @@ class TrainConfig:
     logging_steps: int = 2
     shared_prefix: bool = True
     activation_checkpointing: str | bool = "auto"  # auto: on when computing in float32 (`train.checkpointing`)
+    train_on_mistakes: bool = True  # false: the teacher's deliberate wrong calls stay in context, out of the loss
     seed: int = 0
     dtype: str = "bfloat16"
     max_steps: int = -1  # > 0 overrides epochs (tests)
@@ -110,6 +108,7 @@ class DatasetStats:
     dropped_too_long: int
     tokens: int
     assistant_tokens: int
+    mistake_turns_untrained: int = 0  # the teacher's deliberate wrong calls kept out of the loss
     length: dict[str, float] = field(default_factory=dict)
     by_kind: dict[str, int] = field(default_factory=dict)
     by_hardness: dict[str, int] = field(default_factory=dict)
@@ -148,16 +147,47 @@ def conversation(record: dict[str, Any], template_kwargs: Mapping[str, Any] | No
 
 
 def tokenize_record(
-    tokenizer: Any, record: dict[str, Any], chat_template: str, template_kwargs: Mapping[str, Any] | None = None
+    tokenizer: Any,
+    record: dict[str, Any],
+    chat_template: str,
+    template_kwargs: Mapping[str, Any] | None = None,
+    train_on_mistakes: bool = True,
 ) -> dict[str, list[int]]:
-    """`input_ids` and `assistant_masks` exactly as SFTTrainer's tokenize step makes them (the row's
-    `chat_template_kwargs` after `chat_template` and `tools`, as its `tokenize_fn` spreads them)."""
+    """`input_ids` and `assistant_masks` exactly as SFTTrainer's tokenize step makes them under
+    `assistant_only_loss=True` (the row's `chat_template_kwargs` after `chat_template` and `tools`, as its
+    `tokenize_fn` spreads them); with `train_on_mistakes=False` the record's `mistakes` (the teacher's
+    deliberate wrong calls, `sft_data.mistake_turns`) are out of the mask: still read, never imitated."""
     row = conversation(record, template_kwargs)
     kwargs = {"chat_template": chat_template, "tools": json.loads(row["tools"]), **row.get("chat_template_kwargs", {})}
     out = tokenizer.apply_chat_template(
         row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True, **kwargs
     )
-    return {"input_ids": list(out["input_ids"]), "assistant_masks": list(out["assistant_masks"])}
+    mask = list(out["assistant_masks"])
+    if not train_on_mistakes and record.get("mistakes"):
+        mask = without_turns(mask, record["messages"], record["mistakes"])
+    return {"input_ids": list(out["input_ids"]), "assistant_masks": mask}
+
+
+def without_turns(mask: Sequence[int], messages: Sequence[dict[str, Any]], indices: Sequence[int]) -> list[int]:
+    """`mask` with the assistant turns at `indices` (positions in `messages`) cleared: the k-th run of 1s is the
+    k-th assistant message (tool results and the prompt sit between them)."""
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    runs, start = [], None
+    for pos, bit in enumerate([*mask, 0]):
+        if bit and start is None:
+            start = pos
+        elif not bit and start is not None:
+            runs.append((start, pos))
+            start = None
+    if len(runs) != len(turns):
+        raise ValueError(f"{len(turns)} assistant turns but {len(runs)} trained spans: cannot leave turns out")
+    out = list(mask)
+    for index in indices:
+        if index not in turns:
+            raise ValueError(f"message {index} is not an assistant turn")
+        begin, end = runs[turns.index(index)]
+        out[begin:end] = [0] * (end - begin)
+    return out
 
 
 def build_dataset(
@@ -165,33 +195,36 @@ def build_dataset(
     tokenizer: Any,
     max_length: int,
     template_kwargs: Mapping[str, Any] | None = None,
+    train_on_mistakes: bool = True,
 ):
-    """(datasets.Dataset, DatasetStats): the rows SFTTrainer gets, overlong trajectories dropped.
+    """(datasets.Dataset, DatasetStats): the rows SFTTrainer gets, tokenised here (`input_ids`, `assistant_masks`:
+    the trainer builds its labels from the mask), overlong trajectories dropped.
 
-    `template_kwargs`: the model's chat-template variables (`provenance.chat_template_kwargs`), carried by
-    every row and used for the length filter and the counts."""
-    from datasets import Dataset, Features, Json, List, Value
+    Tokenised here rather than by the trainer so that a turn can be left out of the loss: with
+    `train_on_mistakes=False` the teacher's deliberate mistakes are (`tokenize_record`). The tokens are the ones
+    SFTTrainer's own conversational path makes (a test compares them). `template_kwargs`: the model's
+    chat-template variables (`provenance.chat_template_kwargs`), rendered into every row."""
+    from datasets import Dataset, Features, List, Value
 
     template = training_chat_template(tokenizer)
     rows, lengths, assistant, kept = [], [], 0, []
-    too_long = 0
+    too_long = masked_turns = 0
     for record in records:
-        ids = tokenize_record(tokenizer, record, template, template_kwargs)
+        ids = tokenize_record(tokenizer, record, template, template_kwargs, train_on_mistakes)
         if len(ids["input_ids"]) > max_length:
             too_long += 1
             continue
         n_assistant = sum(ids["assistant_masks"])
         if n_assistant == 0:  # would train on nothing: the template or the record is broken
             raise ValueError(f"trajectory {record['id']} has no assistant tokens under the training template")
-        rows.append(conversation(record, template_kwargs))
+        rows.append(ids)
         lengths.append(len(ids["input_ids"]))
         assistant += n_assistant
+        masked_turns += 0 if train_on_mistakes else len(record.get("mistakes", ()))
         kept.append(record)
     if not rows:
         raise ValueError(f"no SFT trajectory fits max_length={max_length} ({too_long} longer)")
-    features = Features({"messages": List(Json()), "tools": Value("string")})
-    if template_kwargs:  # Json, not a struct: the values go to the template as they are (no Arrow unification)
-        features["chat_template_kwargs"] = Json()
+    features = Features({"input_ids": List(Value("int32")), "assistant_masks": List(Value("int8"))})
     dataset = Dataset.from_list(rows, features=features)
     stats = DatasetStats(
         candidates=len(records),
@@ -199,6 +232,7 @@ def build_dataset(
         dropped_too_long=too_long,
         tokens=sum(lengths),
         assistant_tokens=assistant,
+        mistake_turns_untrained=masked_turns,
         length={
             "min": min(lengths),
             "mean": round(statistics.fmean(lengths), 1),
@@ -287,7 +321,7 @@ def build_trainer(
         _expose_head_bias(model)
     args = SFTConfig(
         output_dir=str(output_dir),
-        assistant_only_loss=True,
+        assistant_only_loss=False,  # the rows come tokenised with their assistant masks (`build_dataset`)
         max_length=config.max_length,
         per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
@@ -450,7 +484,9 @@ def train_sft(
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     chosen = select_examples(records, config.max_examples, config.seed)
     # Rendered with the variables GRPO and evaluation use for this model (Qwen3: enable_thinking).
-    dataset, stats = build_dataset(chosen, tokenizer, config.max_length, chat_template_kwargs(model_path))
+    dataset, stats = build_dataset(
+        chosen, tokenizer, config.max_length, chat_template_kwargs(model_path), config.train_on_mistakes
+    )
     policy = machine_policy()
     trainer = build_trainer(model_path, dataset, config, output_dir, callbacks, policy=policy)
     before = tag_rows(trainer.model, tokenizer)
