@@ -24,9 +24,8 @@ real database (`sqlenv.data.exploring`):
   `yr_built`, `FLIGHT` for `FLIGHTS`) — → the environment's real `Error: no such column/table ...` →
   describe the table the name belongs to → the corrected (gold) query → answer (`error_recovery_fraction`); or,
   half the time where the gold SQL qualifies columns by alias, a column under another table's alias (`T2.name`
-  for `T1.name`, the name error real-database episodes met most): half of those after every table is described →
-  the corrected query at once; the other half before the column's own table is described (the error names a
-  table that lacks it) → describe that table → the corrected query.
+  for `T1.name`, the name error real-database episodes met most) after every table is described → the
+  corrected query at once.
   The other gold tables are described before the wrong query (see `trajectory_calls`).
 
 A question a kind cannot be played on (no rename yields a real name error; no text filter, or none whose other
@@ -285,15 +284,9 @@ def trajectory_calls(
         return "plain", calls
     describes = [c for c in calls if c[0] == "describe"]
     rest = [c for c in calls if c[0] != "describe"]  # the gold query and the answer
-    owner = [c for c in describes if c[1]["table_name"] == wrong.table]
-    if wrong.kind == "alias":
-        if owner and len(describes) > 1 and stable_hash(seed, "sft-alias-unread:" + question.id) % 2:
-            # The column's own table not yet described: the error names a table that lacks it, so the next move
-            # is to describe the one not yet read (what Spider episodes needed most), then requalify.
-            before = [c for c in describes if c not in owner]
-            return "recovery", before + [("query", {"sql": wrong.sql})] + owner + rest
-        # Every table described; the error names the column: requalify it, at once.
+    if wrong.kind == "alias":  # the tables are described; the error names the column: requalify it, at once
         return "recovery", describes + [("query", {"sql": wrong.sql})] + rest
+    owner = [c for c in describes if c[1]["table_name"] == wrong.table]
     before = [c for c in describes if c[1]["table_name"] != wrong.table] if owner else []
     after = owner or describes or [("describe", {"table_name": wrong.table})]
     return "recovery", before + [("query", {"sql": wrong.sql})] + after + rest
