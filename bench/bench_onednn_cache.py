@@ -83,7 +83,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     records, label = records_for(args.data, scratch, sft, params["seed"], steps * per_step)
     config = TrainConfig.from_params(sft, seed=params["seed"], dtype=dtype.dtype, max_steps=steps)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    dataset, stats = build_dataset(records, tokenizer, config.max_length, chat_template_kwargs(model))
+    dataset, stats = build_dataset(records, tokenizer, config.max_length, chat_template_kwargs(model), config.train_on_mistakes)
     meter = StepMeter()
     trainer = build_trainer(model, dataset, config, scratch / "out", callbacks=[meter])
     t0 = time.perf_counter()

@@ -118,7 +118,7 @@ def measure(records: list[dict], model: str, config: Any, sparse_rows: bool = Tr
     from sqlenv.train.sft import build_dataset, build_trainer, training_patches
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    dataset, stats = build_dataset(records, tokenizer, config.max_length, chat_template_kwargs(model))
+    dataset, stats = build_dataset(records, tokenizer, config.max_length, chat_template_kwargs(model), config.train_on_mistakes)
     clock, tokens = StepClock(), []
     reset = _reset_peak_rss()
     out = Path(tempfile.mkdtemp(prefix="bench-sft-"))

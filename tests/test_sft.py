@@ -188,7 +188,9 @@ def test_training_tokens_are_what_grpo_renders_and_the_model_generates(variant, 
 @pytest.mark.parametrize("template_variant", ["qwen2_5", "qwen3_nothink"], indirect=True)
 def test_every_example_trains_on_assistant_tokens_and_matches_the_trainer(variant, world, tmp_path):
     tokenizer, records = variant.tokenizer, world[2]
-    dataset, stats = build_dataset(records, tokenizer, max_length=4096, template_kwargs=variant.kwargs)
+    # Every assistant turn trained (the mistakes too): the parity with TRL's own path is about tokens and masks.
+    dataset, stats = build_dataset(records, tokenizer, max_length=4096, template_kwargs=variant.kwargs,
+                                   train_on_mistakes=True)
     assert stats.examples == len(records) and stats.dropped_too_long == 0
     assert 0 < stats.assistant_tokens < stats.tokens
     trainer = build_trainer(variant.model_dir, dataset, TrainConfig(max_steps=1, max_length=4096), tmp_path)
@@ -219,8 +221,8 @@ def test_the_teachers_mistakes_are_read_but_not_trained_on(tokenizer, tiny, worl
         assert cleared and all(trained["assistant_masks"][i] and not masked["assistant_masks"][i] for i in cleared)
         wrong = record["messages"][record["mistakes"][0]]["tool_calls"][0]["function"]["arguments"]
         assert json.loads(wrong)["sql"] in tokenizer.decode([trained["input_ids"][i] for i in cleared])
-    on, on_stats = build_dataset(records, tokenizer, max_length=4096)
-    off, off_stats = build_dataset(records, tokenizer, max_length=4096, train_on_mistakes=False)
+    on, on_stats = build_dataset(records, tokenizer, max_length=4096, train_on_mistakes=True)
+    off, off_stats = build_dataset(records, tokenizer, max_length=4096)  # the default: out of the loss
     assert off_stats.mistake_turns_untrained == len(records) and on_stats.mistake_turns_untrained == 0
     assert 0 < off_stats.assistant_tokens < on_stats.assistant_tokens
     trainer = build_trainer(tiny, off, TrainConfig(max_steps=1, max_length=4096), tmp_path)
@@ -268,15 +270,15 @@ class _Stop(Exception):
 def test_train_sft_reads_the_kwargs_from_the_start_models_provenance(tiny_models, world, tmp_path, monkeypatch):
     seen = {}
 
-    def stop(records, tokenizer, max_length, template_kwargs=None, train_on_mistakes=True):
+    def stop(records, tokenizer, max_length, template_kwargs=None, train_on_mistakes=False):
         seen.update(n=len(records), kwargs=template_kwargs, train_on_mistakes=train_on_mistakes)
         raise _Stop
 
     monkeypatch.setattr(sft, "build_dataset", stop)
     with pytest.raises(_Stop):
         train_sft(world[2], tiny_models.path("qwen3_nothink"), tmp_path / "out",
-                  TrainConfig(max_examples=2, train_on_mistakes=False))
-    assert seen == {"n": 2, "kwargs": {"enable_thinking": False}, "train_on_mistakes": False}
+                  TrainConfig(max_examples=2, train_on_mistakes=True))
+    assert seen == {"n": 2, "kwargs": {"enable_thinking": False}, "train_on_mistakes": True}
 
 
 def test_overlong_trajectories_are_dropped_and_counted(tokenizer, world):

@@ -1,7 +1,7 @@
 """Summarise this investigation's SFT runs against the baseline of exploring_teacher_44 (paired, by hardness,
 taxonomy, and how many tables the agent describes before a first query that joins several).
 
-    .venv/bin/python experiments/sft_signal_45/summarise.py v3 [v4 ...]     -> run_v3.json, ...
+    .venv/bin/python experiments/sft_signal_45/summarise.py [v3 v4]     -> run_v3.json, run_v4.json (v4 also against v3)
 
 Reads `<side>/transfer_sft/` and `<side>/heldout_v1/` here (each a samples.jsonl.gz + metrics.json) and the
 baseline's `transfer_sft/`, `transfer_base_sql/` and `heldout_v1/` in ../exploring_teacher_44/baseline/.
@@ -116,7 +116,22 @@ def main(side: str) -> None:
               f"only a {r['only_a_correct']} only b {r['only_b_correct']} p = {r['mcnemar_p']:.4f}")  # fmt: skip
 
 
+def against(side: str, other: str) -> None:
+    """`side` − `other` on both sets, paired (e.g. v4 against v3), into run_<side>.json."""
+    path = HERE / f"run_{side}.json"
+    result = json.loads(path.read_text())
+    for name in ("transfer_sft", "heldout_v1"):
+        rows = pair(load(HERE / f"{side}/{name}"), load(HERE / f"{other}/{name}"), side, other)
+        result.setdefault(f"against_{other}", {})[name] = rows
+        r = rows["all"]
+        print(f"{name:12s} {side} - {other} {100 * r['difference']:+.1f} [{100 * r['difference_low']:+.1f}, "
+              f"{100 * r['difference_high']:+.1f}] p = {r['mcnemar_p']:.4f}")  # fmt: skip
+    path.write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
+
+
 if __name__ == "__main__":
-    for side in sys.argv[1:] or ["v3"]:
+    for side in sys.argv[1:] or ["v3", "v4"]:
         print(f"--- {side} against the baseline")
         main(side)
+    if "v4" in (sys.argv[1:] or ["v4"]):
+        against("v4", "v3")

@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=Path("data/sft/train.jsonl"))
     parser.add_argument("--model", type=Path, default=Path("models/base"), help="model folder (for its tokenizer)")
     parser.add_argument("--index", type=int, default=0, help="record number (0-based line of --data)")
+    parser.add_argument("--train-on-mistakes", action="store_true",
+                        help="show the teacher's deliberate mistakes as trained (sft.train_on_mistakes: true)")
     parser.add_argument("--plain", action="store_true", help="no terminal colours")
     args = parser.parse_args(argv)
 
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     template = training_chat_template(tokenizer)
     kwargs = chat_template_kwargs(args.model)
-    ids = tokenize_record(tokenizer, record, template, kwargs)
+    ids = tokenize_record(tokenizer, record, template, kwargs, train_on_mistakes=args.train_on_mistakes)
     color = not args.plain and sys.stdout.isatty()
     print(render_masked(tokenizer, ids["input_ids"], ids["assistant_masks"], color=color))
     trained = sum(ids["assistant_masks"])

@@ -75,7 +75,7 @@ class TrainConfig:
     """The `sft` params section plus what the stage adds (seed, dtype, where to report). The defaults of the
     params-backed fields are params.yaml's (a test keeps them equal), so a library default is the pipeline's."""
 
-    max_examples: int = 96
+    max_examples: int = 192
     epochs: int = 1
     learning_rate: float = 2e-4
     batch_size: int = 1
@@ -88,7 +88,7 @@ class TrainConfig:
     logging_steps: int = 2
     shared_prefix: bool = True
     activation_checkpointing: str | bool = "auto"  # auto: on when computing in float32 (`train.checkpointing`)
-    train_on_mistakes: bool = True  # false: the teacher's deliberate wrong calls stay in context, out of the loss
+    train_on_mistakes: bool = False  # the teacher's deliberate wrong calls stay in the context, out of the loss
     seed: int = 0
     dtype: str = "bfloat16"
     max_steps: int = -1  # > 0 overrides epochs (tests)
@@ -195,7 +195,7 @@ def build_dataset(
     tokenizer: Any,
     max_length: int,
     template_kwargs: Mapping[str, Any] | None = None,
-    train_on_mistakes: bool = True,
+    train_on_mistakes: bool = False,
 ):
     """(datasets.Dataset, DatasetStats): the rows SFTTrainer gets, tokenised here (`input_ids`, `assistant_masks`:
     the trainer builds its labels from the mask), overlong trajectories dropped.
