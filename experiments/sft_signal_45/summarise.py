@@ -9,22 +9,22 @@ baseline's `transfer_sft/`, `transfer_base_sql/` and `heldout_v1/` in ../explori
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
-from sqlenv.eval.evaluation import paired_comparisons  # noqa: E402
-from sqlenv.eval.stats import wilson_interval  # noqa: E402
-from sqlenv.failures import summarise_records  # noqa: E402
-from sqlenv.report.results import read_records  # noqa: E402
-from sqlenv.types import HARDNESS_LEVELS  # noqa: E402
+import importlib.util  # noqa: E402
+
+# The baseline investigation's readers (records → accuracy with its taxonomy; paired rows by hardness).
+_spec = importlib.util.spec_from_file_location("teacher_44", HERE.parent / "exploring_teacher_44" / "summarise.py")
+teacher_44 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(teacher_44)
+load, pair = teacher_44.load, teacher_44.pair
 
 BASELINE = HERE.parent / "exploring_teacher_44" / "baseline"
 TABLES = re.compile(r"Tables in the database: (.*)\.")
@@ -58,62 +58,35 @@ def looked_before_joining(records) -> dict:
     return {"first_query_joins": joins, "all_its_tables_described": described_all}
 
 
-def load(folder: Path):
-    """The folder's episodes by question id (samples.jsonl.gz, as committed here)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        plain = Path(tmp) / "samples.jsonl"
-        plain.write_bytes(gzip.decompress((folder / "samples.jsonl.gz").read_bytes()))
-        return {r.question_id: r for r in read_records(plain)}
-
-
 def accuracy(records) -> dict:
-    n = len(records)
-    k = sum(bool(r.correct) for r in records)
-    lo, hi = wilson_interval(k, n)
-    unanswered = sum(not r.answered for r in records)
-    return {"n": n, "correct": k, "accuracy": k / n, "low": lo, "high": hi, "unanswered": unanswered,
-            "unanswered_rate": unanswered / n,
-            "failures": summarise_records(records), "looked_before_joining": looked_before_joining(records)}  # fmt: skip
-
-
-def pair(a: dict, b: dict, label_a: str, label_b: str) -> dict:
-    ids = sorted(set(a) & set(b))
-    out = {}
-    for level in ("all", *HARDNESS_LEVELS):
-        keep = [i for i in ids if level == "all" or a[i].hardness == level]
-        if not keep:
-            continue
-        (row,) = paired_comparisons({label_a: [a[i] for i in keep], label_b: [b[i] for i in keep]})
-        out[level] = row
-    return out
+    return {**teacher_44.accuracy(records), "looked_before_joining": looked_before_joining(records)}
 
 
 def main(side: str) -> None:
-    result = {}
-    base_t, new_t = load(BASELINE / "transfer_sft"), load(HERE / f"{side}/transfer_sft")
-    single = load(BASELINE / "transfer_base_sql")
-    base_h, new_h = load(BASELINE / "heldout_v1"), load(HERE / f"{side}/heldout_v1")
-    result["transfer"] = {"baseline_sft": accuracy(list(base_t.values())), "new_sft": accuracy(list(new_t.values())),
-                          "base_sql": accuracy(list(single.values())),
-                          "new_vs_baseline": pair(new_t, base_t, "new_sft", "baseline_sft"),
-                          "baseline_vs_single_shot": pair(base_t, single, "baseline_sft", "base_sql"),
-                          "new_vs_single_shot": pair(new_t, single, "new_sft", "base_sql")}  # fmt: skip
-    result["heldout_v1"] = {"baseline_sft": accuracy(list(base_h.values())), "new_sft": accuracy(list(new_h.values())),
-                            "new_vs_baseline": pair(new_h, base_h, "new_sft", "baseline_sft")}  # fmt: skip
+    t = {"baseline_sft": load(BASELINE / "transfer_sft"), "new_sft": load(HERE / f"{side}/transfer_sft"),
+         "base_sql": load(BASELINE / "transfer_base_sql")}  # fmt: skip
+    h = {"baseline_sft": load(BASELINE / "heldout_v1"), "new_sft": load(HERE / f"{side}/heldout_v1")}
+    result = {
+        "transfer": {name: accuracy(list(records.values())) for name, records in t.items()},
+        "heldout_v1": {name: accuracy(list(records.values())) for name, records in h.items()},
+    }
+    pairs = {("transfer", "new_vs_baseline"): (t, "new_sft", "baseline_sft"),
+             ("transfer", "new_vs_single_shot"): (t, "new_sft", "base_sql"),
+             ("transfer", "baseline_vs_single_shot"): (t, "baseline_sft", "base_sql"),
+             ("heldout_v1", "new_vs_baseline"): (h, "new_sft", "baseline_sft")}  # fmt: skip
+    for (block, key), (records, a, b) in pairs.items():
+        result[block][key] = pair(records[a], records[b], a, b)
     (HERE / f"run_{side}.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
-    t, h = result["transfer"], result["heldout_v1"]
-    for name, block in (("transfer", t), ("heldout_v1", h)):
-        for side in ("baseline_sft", "new_sft", "base_sql"):
-            if side in block:
-                m = block[side]
-                print(f"{name:10s} {side:13s} {m['correct']:3d}/{m['n']} {100 * m['accuracy']:.1f} % "
+    for block, rows in result.items():
+        for name, m in rows.items():
+            if "n" in m:
+                print(f"{block:10s} {name:13s} {m['correct']:3d}/{m['n']} {100 * m['accuracy']:.1f} % "
                       f"[{100 * m['low']:.1f}, {100 * m['high']:.1f}] unanswered {m['unanswered']} "
                       f"{m['failures'].get('outcomes')} looked {m['looked_before_joining']}")  # fmt: skip
-    for name, rows in (("transfer new-baseline", t["new_vs_baseline"]), ("transfer new-single", t["new_vs_single_shot"]),
-                       ("transfer base-single", t["baseline_vs_single_shot"]), ("heldout new-baseline", h["new_vs_baseline"])):
-        r = rows["all"]
-        print(f"{name:22s} {100 * r['difference']:+.1f} [{100 * r['difference_low']:+.1f}, {100 * r['difference_high']:+.1f}] "
-              f"only a {r['only_a_correct']} only b {r['only_b_correct']} p = {r['mcnemar_p']:.4f}")  # fmt: skip
+    for (block, key) in pairs:
+        r = result[block][key]["all"]
+        print(f"{block} {key}: {100 * r['difference']:+.1f} [{100 * r['difference_low']:+.1f}, "
+              f"{100 * r['difference_high']:+.1f}] p = {r['mcnemar_p']:.4f}")  # fmt: skip
 
 
 def against(side: str, other: str) -> None:
