@@ -1,7 +1,7 @@
 """Summarise this investigation's SFT runs against the baseline of exploring_teacher_44 (paired, by hardness,
 taxonomy, and how many tables the agent describes before a first query that joins several).
 
-    .venv/bin/python experiments/sft_signal_45/summarise.py [v3 v4]     -> run_v3.json, run_v4.json (v4 also against v3)
+    .venv/bin/python experiments/sft_signal_45/summarise.py [v3 v4 v5]     -> run_v3.json, ... (v4, v5 also against v3)
 
 Reads `<side>/transfer_sft/` and `<side>/heldout_v1/` here (each a samples.jsonl.gz + metrics.json) and the
 baseline's `transfer_sft/`, `transfer_base_sql/` and `heldout_v1/` in ../exploring_teacher_44/baseline/.
@@ -103,8 +103,8 @@ def against(side: str, other: str) -> None:
 
 
 if __name__ == "__main__":
-    for side in sys.argv[1:] or ["v3", "v4"]:
+    for side in sys.argv[1:] or ["v3", "v4", "v5"]:
         print(f"--- {side} against the baseline")
         main(side)
-    if "v4" in (sys.argv[1:] or ["v4"]):
-        against("v4", "v3")
+        if side != "v3":
+            against(side, "v3")
