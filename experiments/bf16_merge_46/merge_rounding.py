@@ -93,6 +93,8 @@ def behaviour(start: Path, adapter_dir: Path, saved: Path, trajectories: Path, n
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from sqlenv.env import prompts  # records keep arguments as JSON strings; the template wants objects
+
     tok = AutoTokenizer.from_pretrained(start)
     policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(start, torch_dtype=torch.bfloat16), str(adapter_dir))
     merged = AutoModelForCausalLM.from_pretrained(saved, torch_dtype=torch.bfloat16)
@@ -106,7 +108,8 @@ def behaviour(start: Path, adapter_dir: Path, saved: Path, trajectories: Path, n
     sums = {"kl_policy_sr": 0.0, "agree_policy_sr": 0, "kl_policy_merged": 0.0, "kl_policy_start": 0.0, "kl_merged_start": 0.0,
             "agree_policy_merged": 0, "agree_policy_start": 0, "tokens": 0}
     for r in records:
-        ids = tok.apply_chat_template(r["messages"], tools=r.get("tools"), tokenize=True, return_tensors="pt")
+        ids = tok.apply_chat_template(prompts.messages_for_template(r["messages"]), tools=json.loads(r["tools"]),
+                                      tokenize=True, return_tensors="pt")
         if not isinstance(ids, torch.Tensor):
             ids = ids["input_ids"]
         lp = policy(input_ids=ids).logits.float().log_softmax(-1)[0]
