@@ -143,6 +143,7 @@ class GRPOParams:
     shared_prefix: Literal["auto", True, False]
     rollout_decoder: Literal["auto", "sqlenv", "trl"]
     draft_tokens: Literal["auto"] | int
+    oversample: int
     mask_truncated_completions: bool
 
 

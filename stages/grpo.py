@@ -43,6 +43,7 @@ from sqlenv.train.grpo_outputs import (
     CURVE_COLUMNS,
     checkpoint_marker_callback,
     curve_rows,
+    informative_rollouts,
     prepare_checkpoints,
     save_final_model,
     summarize_curve,
@@ -111,8 +112,13 @@ def main(phase: int) -> None:
         report = paths.report_dir(stage)
         atomic_write_text(report / "curve.csv", pd.DataFrame(rows, columns=list(CURVE_COLUMNS)).to_csv(index=False))
         steps_run = trainer.state.global_step - resume.step
+        # the yardstick for where rollouts go: informative rollouts per minute of the phase's wall time
+        informative = informative_rollouts(rows, plan.generation_batch_size)
         metrics = {
             **summarize_curve(rows),
+            **informative,
+            "informative_rollouts_per_minute": round(informative["informative_rollouts"] / (wall / 60), 3) if wall else None,
+            "oversample": settings.oversample,
             "steps": trainer.state.global_step,
             "resumed_from_step": resume.step,
             "wall_time_s": round(wall, 1),

@@ -43,6 +43,7 @@ from sqlenv.train.grpo_outputs import (
     CHECKPOINT_MARKER,
     checkpoint_marker_callback,
     curve_rows,
+    informative_rollouts,
     prepare_checkpoints,
     sample_transcripts,
     save_final_model,
@@ -550,6 +551,10 @@ def test_per_step_metrics_and_curve(scripted_run):
     summary = summarize_curve(rows)
     assert summary["accuracy_mean"] == pytest.approx(1 / 3) and summary["steps_logged"] == 2
     assert summary["distinct_questions"] == rows[-1]["distinct_questions"]
+    # one right and two wrong a step: every rollout is in a group of mixed correctness; nothing oversampled
+    assert informative_rollouts(rows, 3) == {"informative_rollouts": 6.0, "groups_played": None}
+    assert informative_rollouts([{**rows[0], "episode/informative_rollouts": float("nan"), "sampling/groups_played": 4.0}], 3) == {
+        "informative_rollouts": 0.0, "groups_played": 4.0}
 
 
 def test_few_shot_examples_only_for_the_first_steps(scripted_run):

@@ -79,11 +79,13 @@ def trl_turns(tokenizer, script, prompt_count):
 
 
 def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True, config: dict | None = None,
-                   edit_prompt=None, monkeypatch=None, script=None, recorder=None):
+                   edit_prompt=None, monkeypatch=None, script=None, recorder=None, questions=QUESTIONS,
+                   batch_questions=None, grpo_params: dict | None = None):  # fmt: skip
     """One generation batch of the stage's trainer. `config`: GRPOConfig fields set before the trainer is built (the
     generation settings TRL reads at its init); `edit_prompt(messages) -> messages`: the dataset rows' prompts as
     TRL passes them, changed; `script`: other scripted turns (default `scripts`); `recorder(tokenizer)`: the rollout function's `make_generator`
-    instead of the replaying one."""
+    instead of the replaying one; `questions`: the phase's dataset; `batch_questions`: those the batch holds (default:
+    all of them, two rollouts each); `grpo_params`: params of the `grpo` section changed."""
     from transformers import AutoTokenizer
 
     import sqlenv.train.grpo as grpo
@@ -101,16 +103,18 @@ def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True, config
         monkeypatch.setattr(grpo, "grpo_config", grpo_config)
 
     tiny = build_tiny_model(tmp_path / "tiny", dtype="float32")
-    questions = tmp_path / "train.jsonl"
-    questions.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in QUESTIONS))
+    questions_file = tmp_path / "train.jsonl"
+    questions_file.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in questions))
     p = repo_params()
     p["model"]["dtype"] = "float32"
     p["env"]["step_budget"] = STEP_BUDGET
-    p["grpo"].update(batch_size=6, gradient_accumulation_steps=1, lora_r=4, lora_alpha=8, rollout_decoder=decoder)
+    batch_questions = list(questions if batch_questions is None else batch_questions)
+    p["grpo"].update(batch_size=2 * len(batch_questions), gradient_accumulation_steps=1, lora_r=4, lora_alpha=8,
+                     rollout_decoder=decoder, **(grpo_params or {}))  # fmt: skip
     p["grpo_phase1"].update(beta=0.0, max_steps=1, num_generations=2, max_completion_length=MAX_COMPLETION)
     settings = phase_settings(phase_sections(p, 1), 1)
     policy = grpo_policy(cuda=False, processes=1, use_vllm="none", dtype="float32", rollout_decoder=decoder, shared_prefix=False)
-    trainer = build_trainer(settings, model_path=tiny, questions_file=questions, db_dir=db_dir,
+    trainer = build_trainer(settings, model_path=tiny, questions_file=questions_file, db_dir=db_dir,
                             checkpoint_dir=tmp_path / "ck", policy=policy)  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     gold = oracle_calls(Q_COUNT, SQLEnv(db_dir).sandbox_for("concert"))[-1][1]
@@ -128,7 +132,7 @@ def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True, config
     else:
         assert trainer.rollout_func is None
         trainer._generate_single_turn = trl_turns(tokenizer, script, len(script))
-    rows = [dict(row) for row in dataset_rows(QUESTIONS, settings.env.system_prompt) for _ in range(2)]  # as a loader yields
+    rows = [dict(row) for row in dataset_rows(batch_questions, settings.env.system_prompt) for _ in range(2)]  # as a loader yields
     if edit_prompt is not None:
         rows = [{**row, "prompt": edit_prompt(row["prompt"])} for row in rows]
     trainer.model.train()  # as inside trainer.train()
@@ -142,6 +146,7 @@ def scripted_batch(decoder: str, tmp_path, db_dir, scripted: bool = True, config
         "pad": tokenizer.pad_token_id,
         "trainer": trainer,
         "transcripts": logs["extra"].get("messages"),
+        "metrics": {k: list(v) for k, v in trainer._metrics["train"].items()},
     }
 
 
@@ -253,3 +258,78 @@ def test_rollout_func_plays_the_prompt_trl_passes(tmp_path, monkeypatch, concert
         ids = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
         assert tokenizer.decode(ids).count("Answer briefly. " + question.question.upper()) == 1
         assert "Own system prompt." in tokenizer.decode(ids)
+
+
+# ---------------------------------------------------------------------------------------- dynamic sampling
+def test_candidate_rows_are_a_function_of_the_step_and_skip_the_batch():
+    from sqlenv.train.rollouts import candidate_rows
+
+    dataset = [{"id": f"q{i}"} for i in range(7)]
+    batch = [{"id": "q0"}, {"id": "q3"}]
+    first = candidate_rows(dataset, batch, 4, step=0, seed=5)
+    assert len(first) == 4 and not {"q0", "q3"} & {r["id"] for r in first}
+    assert len({r["id"] for r in first}) == 4  # no repeats
+    assert first == candidate_rows(dataset, batch, 4, step=0, seed=5)  # what a resumed run draws again
+    assert candidate_rows(dataset, batch, 4, step=1, seed=5) != first  # the walk moves on with the step
+    assert len(candidate_rows(dataset, batch, 10, step=0, seed=5)) == 5  # never more than the others there are
+
+
+def test_select_groups_prefers_mixed_correctness_then_the_batchs_own():
+    from sqlenv.train.rollouts import select_groups
+
+    # the batch's own groups are the first 2, candidates after them
+    assert select_groups([False, False, True, False, True], 2) == [2, 4]
+    assert select_groups([False, True, False, True], 2) == [1, 3]  # the batch's mixed one stays
+    assert select_groups([False, False, False, True], 2) == [0, 3]  # one mixed: the batch's first fills in
+    assert select_groups([True, False, True, True], 2) == [0, 2]
+    assert select_groups([False, False, False, False], 2) == [0, 1]  # nothing mixed: the batch as it came
+
+
+def test_oversampled_batch_trains_on_the_groups_of_mixed_correctness(tmp_path, monkeypatch, concert_db_dir):  # noqa: F811
+    """The batch holds two questions whose rollouts agree (both right; both wrong); dynamic sampling plays two more,
+    one of them mixed. TRL gets two groups: that mixed candidate and the batch's first; the rewards, verdicts, the
+    `sampling/...` metrics and the curve's question ids say so."""
+    gold = oracle_calls(Q_COUNT, SQLEnv(concert_db_dir).sandbox_for("concert"))[-1][1]
+    texts = ["How many singers are there?", "Count the singers.", "What is the number of singers?",
+             "How many singers do we have?", "Give the count of singers.", "Number of singers?"]  # fmt: skip
+    questions = [Question(id=f"count_{i}", db_id="concert", question=t, gold_sql="SELECT count(*) FROM singer",
+                          tables=("singer",)) for i, t in enumerate(texts)]  # fmt: skip
+    right, wrong = [call("answer", gold), "Done.<|im_end|>"], [call("answer", {"value": "999"}), "Done.<|im_end|>"]
+    played: list[list[str]] = []
+
+    def recorder(tokenizer):
+        # rollouts 0-1: the batch's first question, both right; 2-3: its second, both wrong; then the candidates
+        # in play order: 4-5 mixed (right, wrong), 6-7 both wrong
+        plan = [right, right, wrong, wrong, right, wrong, wrong, wrong]
+
+        def texts_of(key, k, context):
+            played.append(tokenizer.decode(context))
+            return plan[key][min(k, len(plan[key]) - 1)]
+
+        return replaying(tokenizer, texts_of)
+
+    out = scripted_batch("sqlenv", tmp_path, concert_db_dir, monkeypatch=monkeypatch, recorder=recorder,
+                         questions=questions, batch_questions=questions[:2], grpo_params={"oversample": 2})  # fmt: skip
+    trainer = out["trainer"]
+    assert out["batch"]["completion_ids"].size(0) == 4  # what TRL asked for, no more
+    assert out["verdict"] == ["correct", "correct", "correct", "wrong"]
+    assert out["advantages"][:2] == pytest.approx([0.0, 0.0], abs=1e-9) and out["advantages"][2] > 0 > out["advantages"][3]
+    ids = trainer._questions
+    assert ids[0] == "count_0" and ids[1] not in ("count_0", "count_1") and len(ids) == 2
+    m = out["metrics"]
+    assert m["sampling/groups_played"] == [4.0] and m["sampling/groups_mixed"] == [1.0]
+    assert m["sampling/groups_kept_mixed"] == [1.0] and m["sampling/groups_replaced"] == [1.0]
+    assert m["episode/mixed_correctness"] == [0.5]
+    # every candidate opened with the batch's system prompt
+    assert len(played) >= 8 and all(p.startswith(played[0][:200]) for p in played[:8])
+
+
+def test_oversample_is_refused_where_it_cannot_choose_groups(tmp_path, concert_db_dir):  # noqa: F811
+    p = repo_params()
+    p["grpo"]["oversample"] = 0
+    with pytest.raises(ValueError, match="oversample must be a whole number"):
+        phase_settings(phase_sections(p, 1), 1)
+    from sqlenv.train.rollouts import RolloutFunc
+
+    with pytest.raises(ValueError, match="oversample"):
+        RolloutFunc(db_dir=concert_db_dir, env_config=phase_settings(phase_sections(repo_params(), 1), 1).env, oversample=1.5)

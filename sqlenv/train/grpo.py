@@ -79,6 +79,9 @@ EPISODE_METRICS = (
     "episode/tool_call_parse_rate", "episode/argument_error_rate", "episode/calls_after_answer",
     "episode/budget_exhausted", "episode/mixed_correctness", "episode/informative_rollouts",
 )  # fmt: skip
+# Dynamic sampling (`grpo.oversample` > 1, `sqlenv.train.rollouts`): groups played in the step, those with mixed
+# correctness among them, the mixed ones among those trained on, and the trained ones that replaced the batch's own.
+SAMPLING_METRICS = ("sampling/groups_played", "sampling/groups_mixed", "sampling/groups_kept_mixed", "sampling/groups_replaced")
 
 
 # ------------------------------------------------------------------------------------------ settings
@@ -120,6 +123,7 @@ class PhaseSettings:
     use_vllm: str  # none | colocate | server: TRL's use_vllm + vllm_mode (`grpo_config`)
     rollout_decoder: str  # auto | sqlenv (the episode loop, TRL's rollout_func) | trl (TRL's environment_factory loop)
     draft_tokens: str | int  # auto (the device policy) | n: tokens the sqlenv loop guesses per rollout and decode step (0: off)
+    oversample: int  # groups played per group trained on (dynamic sampling, `sqlenv.train.rollouts`); 1: off
     mask_truncated_completions: bool  # TRL's: a rollout cut off at max_completion_length leaves the loss
     shared_prefix: str | bool  # auto | true | false: log-prob passes without padding, after the step's shared prompt prefix (one process)
     activation_checkpointing: str | bool  # auto (on when computing in float32) | true | false (`train.checkpointing`)
@@ -138,6 +142,8 @@ def phase_settings(sections: Mapping[str, Any], phase: int) -> PhaseSettings:
     draft = g["draft_tokens"]
     if draft != "auto" and (type(draft) is not int or draft < 0):
         raise ValueError(f"grpo.draft_tokens must be auto or a whole number >= 0, got {draft!r}")
+    if type(g["oversample"]) is not int or g["oversample"] < 1:
+        raise ValueError(f"grpo.oversample must be a whole number >= 1, got {g['oversample']!r}")
     if g["few_shot_steps"] < 0 or g["checkpoint_every"] < 1 or p["max_steps"] < 1:
         raise ValueError("grpo.few_shot_steps must be >= 0, grpo.checkpoint_every and max_steps >= 1")
     # A key lives in one section, except `beta`: grpo.beta is GRPO's KL coefficient, and a phase's own
@@ -254,9 +260,12 @@ def _episodes(name: str, environments: Any, episode: Any) -> list[Mapping[str, A
 
 def _component_reward(name: str, report: bool) -> Callable[..., list[float]]:
     def reward(environments=None, episode=None, transcript=None, completions=None, completion_ids=None,
-               log_metric=None, log_extra=None, **_):  # fmt: skip
+               log_metric=None, log_extra=None, sampling=None, **_):  # fmt: skip
         episodes = _episodes(name, environments, episode)
         if report:
+            if log_metric is not None and sampling:  # what dynamic sampling played and kept: TRL passes it once per row
+                for key in SAMPLING_METRICS:
+                    log_metric(key, float(sampling[0][key.split("/", 1)[1]]))
             if log_metric is not None:
                 # the rollout_func's played turns; TRL's loop leaves its parsed turns in `completions`
                 turns = [m[2:] for m in transcript] if transcript is not None else completions or []
@@ -443,9 +452,13 @@ def build_trainer(
     from sqlenv.train.heap import trim_callback
     from sqlenv.train.rollouts import RolloutFunc
 
+    if settings.oversample > 1 and (policy.rollout_decoder != "sqlenv" or world_size() > 1):
+        raise ValueError("grpo.oversample > 1 needs the sqlenv rollout decoder and one process "
+                         f"(here: rollout_decoder {policy.rollout_decoder}, {world_size()} processes)")  # fmt: skip
     if policy.rollout_decoder == "sqlenv":
         # drafting as the policy says: on a CPU by default, on a GPU only where grpo.draft_tokens sets a count
-        rollouts = {"rollout_func": RolloutFunc(db_dir=db_dir, env_config=settings.env, draft_tokens=policy.draft_tokens)}
+        rollouts = {"rollout_func": RolloutFunc(db_dir=db_dir, env_config=settings.env, draft_tokens=policy.draft_tokens,
+                                                oversample=settings.oversample)}  # fmt: skip
     else:
         rollouts = {"environment_factory": functools.partial(agent_env_class(settings.env), db_dir=str(db_dir), config=settings.env)}
     set_seed(settings.seed)

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlenv.env.rewards import COMPONENTS
 from sqlenv.provenance import PROVENANCE_FILE, model_fingerprint, read_provenance
-from sqlenv.train.grpo import ENV_REWARD_NAMES, EPISODE_METRICS
+from sqlenv.train.grpo import ENV_REWARD_NAMES, EPISODE_METRICS, SAMPLING_METRICS
 from sqlenv.train.merge import save_trained
 
 CHECKPOINT_MARKER = "sqlenv_checkpoint.json"
@@ -130,7 +130,7 @@ ENV_REWARD_COLUMN = "rewards/env/mean"  # the environment's get_reward, whicheve
 CURVE_COLUMNS = (
     "step", "reward", "reward_std", "frac_reward_zero_std", "loss", "kl", "entropy", "grad_norm", "learning_rate",
     *(f"rewards/{c}/mean" for c in COMPONENTS), ENV_REWARD_COLUMN,
-    "tools/call_frequency", "tools/failure_frequency", *EPISODE_METRICS,
+    "tools/call_frequency", "tools/failure_frequency", *EPISODE_METRICS, *SAMPLING_METRICS,
     "completions/mean_length", "completions/clipped_ratio", "step_time",
     "questions", "distinct_questions",  # the step's question ids (space-separated); distinct ids seen so far
 )  # fmt: skip
@@ -168,6 +168,15 @@ def summarize_curve(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out[f"{key}_last_quarter"] = _mean(values[-q:])
         out[f"{key}_mean"] = _mean(values)
     return out
+
+
+def informative_rollouts(rows: Sequence[Mapping[str, Any]], rollouts_per_step: int) -> dict[str, Any]:
+    """Rollouts trained on in groups of mixed correctness (where the correctness term has a gradient), summed over
+    the curve's steps, and the groups played for them (dynamic sampling plays more than it trains on)."""
+    informative = sum(float(v) * rollouts_per_step for r in rows
+                      if (v := r.get("episode/informative_rollouts")) is not None and not math.isnan(float(v)))  # fmt: skip
+    played = sum(float(r.get("sampling/groups_played") or 0) for r in rows)
+    return {"informative_rollouts": round(informative, 1), "groups_played": round(played, 1) if played else None}
 
 
 def sample_transcripts(trainer_logs: Mapping[str, Any], step: int, n: int, seed: int = 0) -> list[dict[str, Any]]:

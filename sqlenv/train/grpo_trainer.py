@@ -103,6 +103,7 @@ class SQLAgentGRPOTrainer(GRPOTrainer):
         self.few_shot_steps = few_shot_steps if few_shot_system else 0
         self._questions: list[str] = []  # ids of the questions generated for since the last training log
         self.rollout_rows: list[dict[str, Any]] | None = None  # the generation batch's dataset rows, for rollout_func
+        self.rollout_question_ids: list[str] | None = None  # one per group trained on, where rollout_func chose them
         self.add_callback(sampler_epoch_callback(self))
 
     def compute_loss(self, model, inputs, *args, **kwargs):
@@ -125,17 +126,18 @@ class SQLAgentGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         # Called once per generation batch, inside the step that uses it: global_step is the
         # number of finished steps (restored on resume), so steps 1..few_shot_steps get examples.
-        if self.model.training:
-            self._questions.extend(gather_object([str(x.get("id", "")) for x in inputs]))  # every process calls it
         if self.model.training and self.state.global_step < self.few_shot_steps:
             inputs = [{**x, "prompt": [{"role": "system", "content": self.few_shot_system}, *x["prompt"][1:]]} for x in inputs]
         if self.shared_prefix:
             self._prefix_ids = []  # TRL's reference pass runs inside: not the previous batch's prefix
-        self.rollout_rows = inputs
+        self.rollout_rows, self.rollout_question_ids = inputs, None
         try:
             batch = super()._generate_and_score_completions(inputs)
         finally:
             self.rollout_rows = None
+        if self.model.training:  # the questions trained on: the batch's, or those dynamic sampling kept (RolloutFunc)
+            ids = self.rollout_question_ids or [str(x.get("id", "")) for x in inputs]
+            self._questions.extend(gather_object([str(i) for i in ids]))  # every process calls it
         if self.shared_prefix:
             self._prefix_ids = batch_prompt_prefix(batch["prompt_ids"], batch["prompt_mask"])
         return batch

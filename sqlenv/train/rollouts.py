@@ -26,11 +26,22 @@ each turn prefills only what is new since the rollout's last one (tool result, a
 system prompt and tool schemas every rollout opens with are encoded once per batch, a batch is handed
 back once a quarter of its rows ended their turn (continuous batching), and `draft_tokens` > 0 checks
 prompt-lookup guesses by speculative sampling (each token distributed as without them).
+
+Dynamic sampling (`oversample` = k > 1, `grpo.oversample`): a group whose rollouts are all right or all wrong
+gives the correctness term no gradient. Each generation batch then plays k times its groups in one batch:
+its own questions and (k - 1) x as many others of the phase's dataset (`candidate_rows`: a fixed permutation
+walked by step, so a resumed run draws the same ones), and hands TRL as many groups as it asked for, those
+with mixed correctness first (the batch's own before the others), then the batch's own. What was played and
+kept goes to the reward functions as the extra field `sampling` (logged as `sampling/...`), and the kept
+questions' ids to `trainer.rollout_question_ids` (the curve's `questions`). DAPO's dynamic sampling
+(arXiv 2503.14476) with a bounded budget instead of "until the batch is full": the played candidates cost
+generation only, no log-prob pass.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -56,11 +67,14 @@ class RolloutFunc:
     `make_generator(model, gen, eos_ids, pad_id, draft_tokens) -> TurnGenerator`: another decoder (tests replay
     scripted turns with one); default the cached decoder, `model_generator`."""
 
-    def __init__(self, *, db_dir: str | Path, env_config: EnvConfig, draft_tokens: int = 0,
+    def __init__(self, *, db_dir: str | Path, env_config: EnvConfig, draft_tokens: int = 0, oversample: int = 1,
                  make_generator: Callable[..., TurnGenerator] | None = None):  # fmt: skip
+        if type(oversample) is not int or oversample < 1:
+            raise ValueError(f"oversample must be a whole number >= 1, got {oversample!r}")
         self.db_dir = str(db_dir)
         self.env_config = env_config
         self.draft_tokens = draft_tokens
+        self.oversample = oversample
         self.make_generator = make_generator
 
     def __call__(self, prompts: Sequence[list[dict[str, Any]]], trainer: Any) -> dict[str, Any]:
@@ -69,6 +83,16 @@ class RolloutFunc:
         rows = getattr(trainer, "rollout_rows", None)
         if rows is None or len(rows) != len(prompts):
             raise RuntimeError("RolloutFunc needs the batch's dataset rows (SQLAgentGRPOTrainer.rollout_rows)")
+        n = trainer.num_generations
+        asked = len(rows) // n  # the groups TRL asked for (a group's rollouts are consecutive)
+        if self.oversample > 1:
+            if len(rows) % n or any(rows[i]["id"] != rows[i - i % n]["id"] for i in range(len(rows))):
+                raise RuntimeError("oversample needs whole groups in the batch (one process)")
+            extra = candidate_rows(trainer.train_dataset, rows[::n], asked * (self.oversample - 1),
+                                   step=trainer.state.global_step, seed=trainer.args.seed)  # fmt: skip
+            system = prompts[0][:1] if prompts and prompts[0] and prompts[0][0].get("role") == "system" else []
+            rows = list(rows) + [row for row in extra for _ in range(n)]
+            prompts = list(prompts) + [system + list(row["prompt"])[len(system):] for row in extra for _ in range(n)]
         questions = [Question.from_dict(row) for row in rows]
         tokenizer = trainer.processing_class
         gen = generation_settings(trainer)
@@ -92,7 +116,16 @@ class RolloutFunc:
                 max_positions=getattr(model.config, "max_position_embeddings", None), progress=False,
                 chat_template_kwargs=kwargs, final_turn=True,
             )  # fmt: skip
-        return {
+        sampling = None
+        if self.oversample > 1:
+            groups = [rollouts[i:i + n] for i in range(0, len(rollouts), n)]
+            mixed = [len({bool(r.summary["correct"]) for r in g}) > 1 for g in groups]
+            keep = select_groups(mixed, asked)
+            rollouts = [r for i in keep for r in groups[i]]
+            sampling = {"groups_played": len(groups), "groups_mixed": sum(mixed), "groups_kept_mixed": sum(mixed[i] for i in keep),
+                        "groups_replaced": sum(i >= asked for i in keep)}  # fmt: skip
+            trainer.rollout_question_ids = [r.summary["question_id"] for r in rollouts[::n]]
+        out = {
             "prompt_ids": [r.prompt_ids for r in rollouts],
             "completion_ids": [r.completion_ids for r in rollouts],
             "logprobs": None,
@@ -100,6 +133,9 @@ class RolloutFunc:
             "episode": [r.summary for r in rollouts],
             "transcript": [r.record.messages for r in rollouts],
         }
+        if sampling is not None:
+            out["sampling"] = sampling  # not a list: TRL hands it to every row's reward call
+        return out
 
     @contextlib.contextmanager
     def _generator(self, model: Any, tokenizer: Any, gen: GenerationSettings, eos_ids: list[int], system: str | None,
@@ -113,6 +149,33 @@ class RolloutFunc:
 
         with torch.no_grad():
             yield self.make_generator(model, gen, eos_ids, tokenizer.pad_token_id, self.draft_tokens)
+
+
+def candidate_rows(dataset: Sequence[dict[str, Any]], batch: Sequence[dict[str, Any]], count: int, *, step: int,
+                   seed: int) -> list[dict[str, Any]]:  # fmt: skip
+    """`count` dataset rows to play beside `batch` (one row per group) at `step`: a permutation of the dataset
+    fixed by `seed`, walked `count` rows a step (cyclically), skipping the batch's own questions and repeats.
+    A function of the step alone, so a run resumed from a checkpoint plays the same candidates."""
+    size = len(dataset)
+    order = random.Random(f"oversample:{seed}").sample(range(size), size)
+    taken = {row["id"] for row in batch}
+    out: list[dict[str, Any]] = []
+    for k in range(size):
+        if len(out) == count:
+            break
+        row = dataset[order[(step * count + k) % size]]
+        if row["id"] not in taken:
+            taken.add(row["id"])
+            out.append(row)
+    return out
+
+
+def select_groups(mixed: Sequence[bool], asked: int) -> list[int]:
+    """Which `asked` of the played groups to train on: the first `asked` groups are the batch's own, the rest
+    candidates. Mixed-correctness groups first (in play order), then the batch's own equal ones; sorted."""
+    first = [i for i, m in enumerate(mixed) if m][:asked]
+    rest = [i for i in range(asked) if not mixed[i]][: asked - len(first)]
+    return sorted(first + rest)
 
 
 def __getattr__(name: str) -> Any:
