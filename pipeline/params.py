@@ -49,6 +49,7 @@ class DataParams:
     eval_fraction: float
     n50: int
     n200: int
+    indomain: int
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ MODELS = Path("models")
 REPORTS = Path("reports")
 CHECKPOINTS = Path("checkpoints")  # crash-safe training state, deliberately outside every DVC out
 
-EVAL_SETS = ("n50", "n200")
+EVAL_SETS = ("n50", "n200", "indomain")  # indomain: the in-domain probe (data.indomain; may be empty)
 
 
 def questions_file(split: str) -> Path:

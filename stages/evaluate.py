@@ -9,7 +9,8 @@ entry plays and depends on: the model folder (the base policies play `models/bas
 stage's out; any other folder works and is recorded by its fingerprint), `data/databases` for the
 random policy, or — for n50 ⊂ n200 — the policy's n200 samples, whose episodes on the n50 questions are
 the n50 result (no second run). Outs: reports/eval/<policy>_<set>/{samples.jsonl, metrics.json}.
-`evaluate.backend` (hf | vllm) picks what decodes a model policy's episodes; metrics.json records it
+An empty set (the in-domain probe, `--set indomain`, under `data.indomain: 0`) is recorded with n = 0 and no
+episode; the report says the probe was off. `evaluate.backend` (hf | vllm) picks what decodes a model policy's episodes; metrics.json records it
 (`settings.backend`) and the MLflow run carries it as the `backend` tag.
 """
 
@@ -30,6 +31,7 @@ from pipeline.results import log_result, write_result
 from pipeline.stage import run_stage
 from pipeline.tracking import git_commit, log_dtype, stage_run
 from sqlenv.sampling import GenerationSettings
+from sqlenv.data.splits import INDOMAIN
 from sqlenv.dtype import choose_dtype
 from sqlenv.env.environment import EnvConfig
 from sqlenv.eval.evaluation import subset
@@ -37,7 +39,7 @@ from sqlenv.eval.harness import EvalSettings, load_questions_file, play, result_
 from sqlenv.eval.policies import POLICIES, run_random
 from sqlenv.eval.policies import policy as get_policy
 from sqlenv.eval.vllm_backend import require_vllm
-from sqlenv.provenance import chat_template_kwargs
+from sqlenv.provenance import chat_template_kwargs, model_fingerprint
 from sqlenv.train import heap
 from sqlenv.types import EpisodeRecord
 
@@ -59,7 +61,7 @@ def main() -> None:
     pol, set_name, source = get_policy(args.policy), args.set_name, Path(args.source)
     params = load_params()
     ev = params.evaluate
-    questions = load_questions_file(paths.questions_file(set_name))
+    questions = load_questions_file(paths.questions_file(set_name), allow_empty=set_name == INDOMAIN)
     read = section_dict(params, "seed", "env", "evaluate")
     config = EnvConfig.from_dict({**read["env"], "rewards": {"mode": "binary"}})  # verdicts, not the training reward
     read["model"] = {"dtype": params.model.dtype}
@@ -93,6 +95,10 @@ def main() -> None:
         elif pol.model is None:
             records = run_random(questions, db_dir=paths.DATABASES, env_config=config, seed=params.seed)
             described = None
+        elif not questions:  # an empty set (the in-domain probe under data.indomain: 0): nothing to play
+            records, described = [], settings.describe()
+            model_info = {"path": str(source), "fingerprint": model_fingerprint(source)}
+            log.info("%s: the set %s is empty; no episode played", pol.name, set_name)
         else:
             # Template kwargs (Qwen3's enable_thinking) were fixed when the base model was prepared;
             # every trained model descends from it and must be rendered the same way.

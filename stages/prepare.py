@@ -2,7 +2,8 @@
 
     python -m stages.prepare            (params: seed, data, world, env.sql_timeout_s)
 
-Outs: data/databases/<db>/<db>.sqlite, data/questions/{train,n50,n200}.jsonl,
+Outs: data/databases/<db>/<db>.sqlite, data/questions/{train,n50,n200,indomain}.jsonl (indomain: the in-domain
+probe, `data.indomain` training-domain questions taken out of train; empty when 0),
 reports/prepare/metrics.json. Every question that reaches an out has been played by the
 oracle through the real environment and accepted by the verifier.
 """
@@ -54,7 +55,7 @@ def main() -> None:
             )
             if by_file:  # Spider's protocol: training files -> train, the questions file -> evaluation
                 split = split_by_file(built.train_questions, built.questions, seed=params.seed,
-                                      n50=params.data.n50, n200=params.data.n200)  # fmt: skip
+                                      n50=params.data.n50, n200=params.data.n200, indomain=params.data.indomain)  # fmt: skip
             else:
                 split = split_questions(
                     built.questions,
@@ -63,8 +64,9 @@ def main() -> None:
                     eval_fraction=params.data.eval_fraction,
                     n50=params.data.n50,
                     n200=params.data.n200,
+                    indomain=params.data.indomain,
                 )
-            sets = {"train": split.train, "n50": split.n50, "n200": split.n200}
+            sets = {"train": split.train, "n50": split.n50, "n200": split.n200, "indomain": split.indomain}
             for name, qs in sets.items():
                 atomic_write_jsonl(q_tmp / f"{name}.jsonl", [q.to_dict() for q in qs])
 
@@ -89,9 +91,9 @@ def main() -> None:
         if sample:
             mlflow.log_table(pd.DataFrame(sample).astype(str), artifact_file="questions_sample.json")
         log.info(
-            "%d questions (%d candidates, verification rate %.4f): train %d, n50 %d, n200 %d",
+            "%d questions (%d candidates, verification rate %.4f): train %d, n50 %d, n200 %d, in-domain probe %d",
             len(built.questions), built.candidates, built.verification_rate,
-            len(split.train), len(split.n50), len(split.n200),
+            len(split.train), len(split.n50), len(split.n200), len(split.indomain),
         )
 
 

@@ -20,7 +20,7 @@ def small_params(**overrides) -> dict:
     """The repo's params.yaml with a small synthetic world; overrides as {"section.key": value}."""
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     p["world"].update(domains=["school", "retail", "airline", "hospital"], databases_per_domain=1, questions_per_db=40)
-    p["data"].update(n50=10, n200=30)
+    p["data"].update(n50=10, n200=30, indomain=10)
     for dotted, value in overrides.items():
         section, key = dotted.split(".") if "." in dotted else (None, dotted)
         (p[section] if section else p)[key] = value

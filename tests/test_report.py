@@ -431,3 +431,31 @@ def test_headline_states_what_it_could_detect_and_a_domain_interval():
     assert "Resampling the 5 held-out domains" in text and "with so few domains a bootstrap understates" in text
     unknown = "\n".join(headline_section(pairs, ReportInputs(results)))  # no question -> domain map
     assert "Domain bootstrap: not available" in unknown
+
+
+def test_indomain_probe_is_compared_beside_the_headline_and_an_empty_one_is_noted(tmp_path):
+    """The in-domain probe (data.indomain): grpo_phase2 against sft where GRPO trained, in the headline section,
+    the coverage list and the paired comparisons; an empty probe (data.indomain 0) is a note, never a result."""
+    root = write_fixture(tmp_path)
+    write_questions(root, "indomain", 40)
+    write_eval(root, "sft", "indomain", 40, set(range(10)))
+    write_eval(root, "grpo_phase2", "indomain", 40, set(range(20)))
+    inputs = load_inputs(root / "reports/eval", curve_files(root), live_of(root))
+    assert not inputs.stale
+    text = render_report(inputs, {"Date": "2030-01-01"}, {})
+    line = next(x for x in text.splitlines() if x.startswith("**grpo_phase2 vs sft on the in-domain probe**"))
+    assert "(N = 40 paired questions of the training domains, never trained on): 50.0 % vs 25.0 %" in line
+    assert "only grpo_phase2 right on 10, only sft on 0" in line
+    assert text.index(line) < text.index("## What this report covers")  # in the headline section
+    assert "- In-domain probe (indomain: unseen questions of the training domains): sft, grpo_phase2." in text
+    assert "### indomain" in text  # the paired comparisons of the probe's set
+    assert "grpo_phase2 (n50, n200)" in text  # the held-out matrix alone decides what is missing
+    # data.indomain: 0 -> an empty set: noted, not a result, nothing in the headline
+    empty = write_fixture(tmp_path / "empty")
+    write_questions(empty, "indomain", 0)
+    write_eval(empty, "sft", "indomain", 0, set())
+    inputs = load_inputs(empty / "reports/eval", curve_files(empty), live_of(empty))
+    assert not [r for r in inputs.results if r.set == "indomain"]
+    assert any("in-domain probe is off" in note for note in inputs.notes)
+    text = render_report(inputs, {"Date": "2030-01-01"}, {})
+    assert "on the in-domain probe**" not in text and "- In-domain probe: no live result (indomain)." in text

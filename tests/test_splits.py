@@ -112,3 +112,23 @@ def test_by_domain_on_databases_without_a_domain_is_by_database():
     a, b = split_questions(qs, seed=1), split_questions(qs, seed=1, mode="by_database")
     assert [q.id for q in a.n200] == [q.id for q in b.n200]
     assert a.eval_domains == a.eval_databases
+
+
+def test_indomain_probe_is_set_aside_from_the_training_side():
+    qs = make_questions()
+    plain = split_questions(qs, seed=0)
+    s = split_questions(qs, seed=0, indomain=120)
+    probe = {q.id for q in s.indomain}
+    assert len(probe) == 120 and plain.indomain == []
+    assert probe <= {q.id for q in plain.train}  # unseen questions of the training domains
+    assert probe.isdisjoint({q.id for q in s.train})  # never trained on
+    assert {q.id for q in s.train} | probe == {q.id for q in plain.train}
+    assert {q.db_id for q in s.indomain} <= set(s.train_databases)
+    assert [q.id for q in s.n200] == [q.id for q in plain.n200]  # the held-out sets do not move
+    # stratified like n200: every level in proportion to the training side's
+    train_levels = {h: sum(q.hardness == h for q in plain.train) for h in HARDNESS_LEVELS}
+    assert {h: sum(q.hardness == h for q in s.indomain) for h in HARDNESS_LEVELS} == allocate(train_levels, 120)
+    with pytest.raises(ValueError, match="data.indomain"):
+        split_questions(qs, seed=0, indomain=len(plain.train))
+    with pytest.raises(ValueError, match="data.indomain"):
+        split_questions(qs, seed=0, indomain=-1)

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -164,3 +165,24 @@ def test_a_model_policy_returns_freed_heap_memory_after_every_batch(workdir, mon
         stage.main()
     trimmer = seen["after_batch"]
     assert isinstance(trimmer, heap.Trimmer) and trimmer.above_bytes == stage.TRIM_ABOVE_BYTES > 0
+
+
+def test_an_empty_indomain_probe_is_recorded_without_playing(workdir, tmp_path):
+    """data.indomain: 0 leaves data/questions/indomain.jsonl empty: the evaluation records n = 0 (no model run) and
+    the report notes the probe was off; any other empty set is still an error."""
+    probe = workdir / "data/questions/indomain.jsonl"
+    kept = probe.read_text()
+    try:
+        probe.write_text("")
+        run_stage(workdir, "evaluate", "--policy", "base", "--set", "indomain", "--source", "models/base")
+        metrics = json.loads((workdir / "reports/eval/base_indomain/metrics.json").read_text())
+        assert metrics["n"] == 0 and metrics["model"]["fingerprint"] and metrics["metrics"]["n"] == 0
+        assert (workdir / "reports/eval/base_indomain/samples.jsonl").read_text() == ""
+        empty = workdir / "data/questions/empty.jsonl"
+        empty.write_text("")
+        proc = run_stage(workdir, "evaluate", "--policy", "base", "--set", "empty", "--source", "models/base", expect_ok=False)
+        assert proc.returncode != 0 and "no questions" in proc.stderr
+    finally:
+        probe.write_text(kept)
+        (workdir / "data/questions/empty.jsonl").unlink(missing_ok=True)
+        shutil.rmtree(workdir / "reports/eval/base_indomain", ignore_errors=True)

@@ -38,6 +38,10 @@ def test_synthetic_prepare_outputs_and_determinism(tmp_path):
     metrics = json.loads((a / "reports/prepare/metrics.json").read_text())
     assert metrics["oracle_verification_rate"] == 1.0
     assert metrics["splits"]["n200"]["n"] == 30
+    # the in-domain probe: training-domain questions taken out of train
+    probe = [json.loads(line) for line in (a / "data/questions/indomain.jsonl").read_text().splitlines()]
+    assert len(probe) == metrics["splits"]["indomain"]["n"] == 10
+    assert {q["id"] for q in probe}.isdisjoint({q["id"] for q in train}) and {q["db_id"] for q in probe} <= {q["db_id"] for q in train}
 
     run_prepare(tmp_path / "b", small_params())
     assert digest(a / "data") == digest(tmp_path / "b" / "data")  # same seed: byte-identical

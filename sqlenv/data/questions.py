@@ -161,9 +161,10 @@ def _spider_train(
     return kept, dropped
 
 
-def load_questions_file(path: str | os.PathLike[str], difficulties: Sequence[str] = ()) -> list[Question]:
+def load_questions_file(path: str | os.PathLike[str], difficulties: Sequence[str] = (), allow_empty: bool = False) -> list[Question]:
     """Questions from a JSONL file in the `prepare` output format (one `Question` object per line), in file
-    order, of the given hardness levels (all when empty); ValueError names a malformed line."""
+    order, of the given hardness levels (all when empty); ValueError names a malformed line, and an empty
+    result unless `allow_empty` (the in-domain probe under `data.indomain: 0`)."""
     path = Path(path)
     questions = []
     for lineno, record in enumerate(read_jsonl(path), 1):
@@ -173,7 +174,7 @@ def load_questions_file(path: str | os.PathLike[str], difficulties: Sequence[str
             raise ValueError(f"{path}: record {lineno}: not a question record ({exc})") from exc
     wanted = set(difficulties)
     picked = [q for q in questions if not wanted or q.hardness in wanted]
-    if not picked:
+    if not picked and not allow_empty:
         raise ValueError(f"{path}: no questions" + (f" of hardness {sorted(wanted)}" if wanted else ""))
     return picked
 

@@ -21,15 +21,22 @@ another machine leaves an existing question's assignment unchanged.
 `n200` is stratified by hardness with proportional (largest-remainder) allocation over the
 evaluation pool; `n50` is drawn the same way *from inside n200* by the same hash order,
 so n50 ⊂ n200 and a policy's n50 result can be read off its n200 episodes.
+
+`indomain` (the in-domain probe, `data.indomain` questions; 0: none) is drawn the same way from the
+*training* side and taken out of it: unseen questions of the domains the policies trained on, where
+training can show what it learned before it must generalise (held-out domains, transfer).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlenv.types import HARDNESS_LEVELS, Question, stable_hash
+
+
+INDOMAIN = "indomain"  # the in-domain probe's set name (data/questions/indomain.jsonl; empty when data.indomain is 0)
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class Split:
     eval_databases: list[str]
     train_domains: list[str]
     eval_domains: list[str]
+    indomain: list[Question] = field(default_factory=list)  # set aside from the training side, never trained on
 
 
 def split_questions(
@@ -52,6 +60,7 @@ def split_questions(
     eval_fraction: float = 0.25,
     n50: int = 50,
     n200: int = 200,
+    indomain: int = 0,
 ) -> Split:
     if not 0.0 < eval_fraction < 1.0:
         raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
@@ -92,11 +101,11 @@ def split_questions(
 
     train = [q for q in questions if not is_eval(q)]
     pool = [q for q in questions if is_eval(q)]
-    return _split(train, pool, seed, n50, n200)
+    return _split(train, pool, seed, n50, n200, indomain)
 
 
 def split_by_file(
-    train: Sequence[Question], pool: Sequence[Question], *, seed: int, n50: int = 50, n200: int = 200
+    train: Sequence[Question], pool: Sequence[Question], *, seed: int, n50: int = 50, n200: int = 200, indomain: int = 0
 ) -> Split:
     """Spider's protocol: `train` from the training files, the evaluation sets drawn from `pool` (the evaluation
     file). ValueError when an id or a database is on both sides."""
@@ -107,12 +116,19 @@ def split_by_file(
     if shared_ids or shared_dbs:
         raise ValueError(f"training and evaluation files share question ids {sorted(shared_ids)[:3]} "
                          f"or databases {sorted(shared_dbs)[:3]}")  # fmt: skip
-    return _split(list(train), list(pool), seed, n50, n200)
+    return _split(list(train), list(pool), seed, n50, n200, indomain)
 
 
-def _split(train: list[Question], pool: list[Question], seed: int, n50: int, n200: int) -> Split:
+def _split(train: list[Question], pool: list[Question], seed: int, n50: int, n200: int, indomain: int = 0) -> Split:
     train = sorted(train, key=lambda q: q.id)
     pool = sorted(pool, key=lambda q: q.id)
+    if indomain < 0 or indomain >= len(train):
+        raise ValueError(f"data.indomain must be >= 0 and leave training questions: got {indomain} of {len(train)} "
+                         "training questions")  # fmt: skip
+    probe = stratified_sample(train, indomain, seed) if indomain else []
+    if probe:
+        aside = {q.id for q in probe}
+        train = [q for q in train if q.id not in aside]
     if len(pool) < n200:
         raise ValueError(
             f"evaluation pool has {len(pool)} questions, fewer than n200={n200}; "
@@ -129,6 +145,7 @@ def _split(train: list[Question], pool: list[Question], seed: int, n50: int, n20
         eval_databases=sorted({q.db_id for q in pool}),
         train_domains=sorted({q.group for q in train}),
         eval_domains=sorted({q.group for q in pool}),
+        indomain=probe,
     )
 
 

@@ -32,6 +32,9 @@ from sqlenv.report.results import (
     ALPHA,
     CURVES,
     HEADLINE,
+    HELD_OUT_SETS,
+    INDOMAIN,
+    INDOMAIN_PAIR,
     POLICIES,
     SETS,
     EvalResult,
@@ -75,7 +78,7 @@ def transcript_pair(results: Sequence[EvalResult]) -> tuple[str, str, str] | Non
     if both ran there (more questions to choose from), else n50; without a trained policy, the most
     accurate other policy against `random`. Ties go to the later policy in POLICIES."""
     for need_trained in (True, False):
-        for set_name in reversed(SETS):
+        for set_name in reversed(HELD_OUT_SETS):
             have = {r.policy: r for r in results if r.set == set_name and r.records is not None}
             pool = [p for p in (TRAINED if need_trained else POLICIES) if p in have and p != "random"]
             baseline = next((p for p in (("base", "random") if need_trained else ("random",)) if p in have), None)
@@ -284,23 +287,39 @@ def domain_bootstrap_sentence(a: EvalResult | None, b: EvalResult | None, groups
             f"{'; with so few domains a bootstrap understates the spread: read it as how evenly the difference falls across them' if boot['groups'] < 10 else ''}.")  # fmt: skip
 
 
+def _pair_row(pairs: pd.DataFrame, set_name: str, a: str, b: str) -> pd.Series | None:
+    row = pairs[(pairs["set"] == set_name) & (pairs["a"] == a) & (pairs["b"] == b)] if not pairs.empty else pairs
+    return None if row.empty else row.iloc[0]
+
+
+def _pair_sentence(r: pd.Series, a: str, b: str, set_name: str, what: str) -> str:
+    return (f"**{a} vs {b} on {set_name}** (N = {int(r['n'])} paired questions of {what}): "
+            f"{_pct(r['accuracy_a'])} vs {_pct(r['accuracy_b'])}, difference {100 * r['difference']:+.1f} "
+            f"[{100 * r['difference_low']:+.1f}, {100 * r['difference_high']:+.1f}] points; only {a} right on "
+            f"{int(r['only_a_correct'])}, only {b} on {int(r['only_b_correct'])}; exact McNemar p = {_p(r['mcnemar_p'])}.\n")
+
+
 def headline_section(pairs: pd.DataFrame, inputs: ReportInputs | None = None) -> list[str]:
     """The comparison the default run is for (HEADLINE), what it could detect and its domain-level interval,
-    or why it is missing."""
+    or why it is missing; then the same pair where GRPO trained (the in-domain probe), where it ran."""
     set_name, a, b = HEADLINE
-    row = pairs[(pairs["set"] == set_name) & (pairs["a"] == a) & (pairs["b"] == b)] if not pairs.empty else pairs
-    if row.empty:
-        return [f"`{a}` vs `{b}` on {set_name}: not available (one of them has no live {set_name} result).\n"]
-    r = row.iloc[0]
-    out = [f"**{a} vs {b} on {set_name}** (N = {int(r['n'])} paired questions of held-out domains): "
-           f"{_pct(r['accuracy_a'])} vs {_pct(r['accuracy_b'])}, difference {100 * r['difference']:+.1f} "
-           f"[{100 * r['difference_low']:+.1f}, {100 * r['difference_high']:+.1f}] points; only {a} right on "
-           f"{int(r['only_a_correct'])}, only {b} on {int(r['only_b_correct'])}; exact McNemar p = {_p(r['mcnemar_p'])}.\n"]
-    power = detectable_sentence(int(r["n"]), int(r["only_a_correct"]) + int(r["only_b_correct"]))
-    if inputs is not None:
-        found = {(x.policy, x.set): x for x in inputs.results}
-        power += " " + domain_bootstrap_sentence(found.get((a, set_name)), found.get((b, set_name)), inputs.groups)
-    return out + [power.strip() + "\n"]
+    r = _pair_row(pairs, set_name, a, b)
+    if r is None:
+        out = [f"`{a}` vs `{b}` on {set_name}: not available (one of them has no live {set_name} result).\n"]
+    else:
+        out = [_pair_sentence(r, a, b, set_name, "held-out domains")]
+        power = detectable_sentence(int(r["n"]), int(r["only_a_correct"]) + int(r["only_b_correct"]))
+        if inputs is not None:
+            found = {(x.policy, x.set): x for x in inputs.results}
+            power += " " + domain_bootstrap_sentence(found.get((a, set_name)), found.get((b, set_name)), inputs.groups)
+        out.append(power.strip() + "\n")
+    a, b = INDOMAIN_PAIR
+    r = _pair_row(pairs, INDOMAIN, a, b)
+    if r is not None:
+        out.append(_pair_sentence(r, a, b, "the in-domain probe", "the training domains, never trained on") +
+                   "Where RL trained, before it must generalise: a gain here and none on held-out domains is "
+                   "learning that does not transfer; none here means the phases did not change the policy.\n")  # fmt: skip
+    return out
 
 
 def _failing_base_section(res: Sequence[EvalResult], threshold: float = 0.05) -> list[str]:
@@ -411,12 +430,16 @@ def render_report(
     transfer section's lines (`sqlenv.report.transfer.transfer_section`) and `taxonomy` the failure taxonomy's
     (`sqlenv.report.taxonomy.taxonomy_section`), each left out when empty."""
     res = inputs.results
-    missing = [f"{p} ({', '.join(s for s in SETS if not any(r.policy == p and r.set == s for r in res))})"
-               for p in POLICIES if sum(r.policy == p for r in res) < len(SETS)]  # fmt: skip
+    held = [r for r in res if r.set in HELD_OUT_SETS]
+    missing = [f"{p} ({', '.join(s for s in HELD_OUT_SETS if not any(r.policy == p and r.set == s for r in held))})"
+               for p in POLICIES if sum(r.policy == p for r in held) < len(HELD_OUT_SETS)]  # fmt: skip
+    probe = [r.policy for r in res if r.set == INDOMAIN]
     lacking_curves = [c for c in CURVES if c not in inputs.curves]
     covers = [
-        f"- Evaluated: {len(res)} of {len(POLICIES) * len(SETS)} policy × set runs. n50 is a subset of n200, "
-        "so the two sets are not independent evidence.",
+        f"- Evaluated: {len(held)} of {len(POLICIES) * len(HELD_OUT_SETS)} policy × set runs on held-out domains. n50 "
+        "is a subset of n200, so the two sets are not independent evidence.",
+        f"- In-domain probe ({INDOMAIN}: unseen questions of the training domains): {', '.join(probe)}." if probe
+        else f"- In-domain probe: no live result ({INDOMAIN}).",
         f"- Not evaluated: {'; '.join(missing)}." if missing else "- Every policy ran on every set.",
         f"- Missing curves: {', '.join(lacking_curves)}." if lacking_curves else "- All training curves present.",
         *(f"- {note}" for note in inputs.notes),

@@ -31,12 +31,16 @@ from typing import Any
 
 import pandas as pd
 
+from sqlenv.data.splits import INDOMAIN
 from sqlenv.eval.evaluation import paired_comparisons
 from sqlenv.eval.policies import POLICIES as POLICY_SPECS
 from sqlenv.types import EpisodeRecord
 
 POLICIES = tuple(POLICY_SPECS)
-SETS = ("n50", "n200")
+HELD_OUT_SETS = ("n50", "n200")  # questions of held-out domains (n50 ⊂ n200)
+# INDOMAIN (sqlenv.data.splits): the in-domain probe, unseen questions of the training domains (`data.indomain`; may be empty)
+SETS = (*HELD_OUT_SETS, INDOMAIN)
+INDOMAIN_PAIR = ("grpo_phase2", "sft")  # what the probe is for: did RL learn where it trained
 HEADLINE = ("n200", "grpo_phase2", "sft")  # the comparison the default run exists for: (set, a, b)
 CURVES = ("sft", "grpo_phase1", "grpo_phase2")
 ALPHA = 0.05
@@ -190,6 +194,9 @@ def load_inputs(
             notes.append(f"`{folder.name}` has no metrics.json (evaluation unfinished); left out.")
         else:
             result = load_result(folder, policy, set_name)
+            if not result.info.get("n", 1):  # the probe under data.indomain: 0
+                notes.append(f"`{folder.name}`: an empty question set (the in-domain probe is off: data.indomain 0).")
+                continue
             why = live.why_stale(result) if live is not None else None
             if why is not None:
                 stale.append(f"`{folder.name}`: {why}")
