@@ -77,6 +77,7 @@ def main() -> None:
             "oracle_verification_rate": built.verification_rate,
             "dropped": built.drop_counts,
             "splits": {name: questions_summary(qs) for name, qs in sets.items()},
+            "indomain_requested": params.data.indomain,  # the probe is at most a quarter of the training side
             "eval_pool": questions_summary(split.eval_pool),
             "split": params.data.split,
             "domains": {"train": split.train_domains, "eval": split.eval_domains},
@@ -90,6 +91,9 @@ def main() -> None:
         sample = [q.to_dict() for q in _sample_per_hardness(split.train + split.eval_pool, per_level=5)]
         if sample:
             mlflow.log_table(pd.DataFrame(sample).astype(str), artifact_file="questions_sample.json")
+        if len(split.indomain) < params.data.indomain:
+            log.warning("data.indomain %d: the in-domain probe holds %d questions, a quarter of the training side",
+                        params.data.indomain, len(split.indomain))  # fmt: skip
         log.info(
             "%d questions (%d candidates, verification rate %.4f): train %d, n50 %d, n200 %d, in-domain probe %d",
             len(built.questions), built.candidates, built.verification_rate,

@@ -128,7 +128,8 @@ def test_indomain_probe_is_set_aside_from_the_training_side():
     # stratified like n200: every level in proportion to the training side's
     train_levels = {h: sum(q.hardness == h for q in plain.train) for h in HARDNESS_LEVELS}
     assert {h: sum(q.hardness == h for q in s.indomain) for h in HARDNESS_LEVELS} == allocate(train_levels, 120)
-    with pytest.raises(ValueError, match="data.indomain"):
-        split_questions(qs, seed=0, indomain=len(plain.train))
+    # a small source keeps most of its questions for training: at most a quarter of the training side is set aside
+    small = split_questions(qs, seed=0, indomain=len(plain.train))
+    assert len(small.indomain) == len(plain.train) // 4 and len(small.train) == len(plain.train) - len(small.indomain)
     with pytest.raises(ValueError, match="data.indomain"):
         split_questions(qs, seed=0, indomain=-1)

@@ -22,8 +22,8 @@ another machine leaves an existing question's assignment unchanged.
 evaluation pool; `n50` is drawn the same way *from inside n200* by the same hash order,
 so n50 ⊂ n200 and a policy's n50 result can be read off its n200 episodes.
 
-`indomain` (the in-domain probe, `data.indomain` questions; 0: none) is drawn the same way from the
-*training* side and taken out of it: unseen questions of the domains the policies trained on, where
+`indomain` (the in-domain probe, `data.indomain` questions, at most a quarter of the training side; 0: none)
+is drawn the same way from the *training* side and taken out of it: unseen questions of the domains the policies trained on, where
 training can show what it learned before it must generalise (held-out domains, transfer).
 """
 
@@ -37,6 +37,7 @@ from sqlenv.types import HARDNESS_LEVELS, Question, stable_hash
 
 
 INDOMAIN = "indomain"  # the in-domain probe's set name (data/questions/indomain.jsonl; empty when data.indomain is 0)
+INDOMAIN_MAX_SHARE = 4  # the probe takes at most 1 / this of the training questions
 
 
 @dataclass(frozen=True)
@@ -122,10 +123,11 @@ def split_by_file(
 def _split(train: list[Question], pool: list[Question], seed: int, n50: int, n200: int, indomain: int = 0) -> Split:
     train = sorted(train, key=lambda q: q.id)
     pool = sorted(pool, key=lambda q: q.id)
-    if indomain < 0 or indomain >= len(train):
-        raise ValueError(f"data.indomain must be >= 0 and leave training questions: got {indomain} of {len(train)} "
-                         "training questions")  # fmt: skip
-    probe = stratified_sample(train, indomain, seed) if indomain else []
+    if indomain < 0:
+        raise ValueError(f"data.indomain must be >= 0, got {indomain}")
+    # never more than a quarter of the training side (a small source, e.g. a dozen Spider databases, keeps most of
+    # its questions for training); the size taken is the probe's length, recorded by `prepare`
+    probe = stratified_sample(train, min(indomain, len(train) // INDOMAIN_MAX_SHARE), seed) if indomain else []
     if probe:
         aside = {q.id for q in probe}
         train = [q for q in train if q.id not in aside]
