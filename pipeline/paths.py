@@ -17,11 +17,9 @@ MODELS = Path("models")
 REPORTS = Path("reports")
 CHECKPOINTS = Path("checkpoints")  # crash-safe training state, deliberately outside every DVC out
 
-EVAL_SETS = ("n50", "n200", "indomain")  # indomain: the in-domain probe (data.indomain; may be empty)
-
 
 def questions_file(split: str) -> Path:
-    """data/questions/<split>.jsonl for split in train, n50, n200."""
+    """data/questions/<split>.jsonl for split in train, n50, n200, indomain (the sets: `sqlenv.report.results.SETS`)."""
     return QUESTIONS / f"{split}.jsonl"
 
 
