@@ -295,7 +295,7 @@ def test_oversampled_batch_trains_on_the_groups_of_mixed_correctness(tmp_path, m
     questions = [Question(id=f"count_{i}", db_id="concert", question=t, gold_sql="SELECT count(*) FROM singer",
                           tables=("singer",)) for i, t in enumerate(texts)]  # fmt: skip
     right, wrong = [call("answer", gold), "Done.<|im_end|>"], [call("answer", {"value": "999"}), "Done.<|im_end|>"]
-    played: list[list[str]] = []
+    played: list[str] = []  # the context each scripted turn was asked for, decoded
 
     def recorder(tokenizer):
         # rollouts 0-1: the batch's first question, both right; 2-3: its second, both wrong; then the candidates
