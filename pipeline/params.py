@@ -86,6 +86,7 @@ class EnvParams:
     keep_distinct: bool
     loop_notice: bool
     budget_notice_at: int
+    error_hints: bool
     prompt: Literal["compact", "verbose"]
 
 

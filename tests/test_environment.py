@@ -326,3 +326,33 @@ def test_notices_do_not_reach_the_cells_a_result_showed():
 
     assert result_cells("a | b\n1 | 2\n(1 row)" + budget_notice(1)) == ["1", "2"]
     assert result_cells("a\n1\n(1 row)\n\nError: the step budget (3 calls) is used up; the episode is over.") == ["1"]
+
+
+def test_error_hints_say_where_a_missing_name_lives(concert_db_dir):
+    # The commonest first error on real databases: a column under the alias of a table that lacks it, and the
+    # failing query then sent again unchanged. With `error_hints` the error says which tables have the column.
+    env = SQLEnv(concert_db_dir, EnvConfig(error_hints=True))
+    env.reset(Q_COUNT)
+
+    def query(sql):
+        return env.step("query", {"sql": sql}).observation
+
+    assert query("SELECT T1.singer_id FROM concert AS T1") == (
+        "Error: no such column: T1.singer_id\n\nNote: a column singer_id is in: singer, singer_in_concert. "
+        "Use the alias of that table, or join it.")  # fmt: skip
+    assert query("SELECT Country FROM concert").endswith("a column Country is in: singer. Use the alias of that "
+                                                         "table, or join it.")  # fmt: skip
+    assert query("SELECT singer_name FROM singer").endswith(  # in no table: the names spelled like it
+        "\n\nNote: no table has a column singer_name; names like it: singer.name, singer.singer_id, singer_in_concert.singer_id.")
+    assert query("SELECT zzz FROM singer") == "Error: no such column: zzz"  # nothing like it: the error alone
+    assert query("SELECT * FROM song").endswith(
+        "\n\nNote: tables in this database: concert, numbers, singer, singer_in_concert.")
+    assert query("SELECT 1 FROM") == "Error: incomplete input"  # not a name: no note
+    from sqlenv.env.prompts import result_cells, without_notes
+
+    failed = query("SELECT T1.singer_id FROM concert AS T1")
+    assert without_notes(failed) == "Error: no such column: T1.singer_id" and result_cells(failed) == []
+    off = SQLEnv(concert_db_dir)  # off by default: SQLite's message as it is
+    off.reset(Q_COUNT)
+    assert off.step("query", {"sql": "SELECT T1.singer_id FROM concert AS T1"}).observation == (
+        "Error: no such column: T1.singer_id")

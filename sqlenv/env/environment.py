@@ -35,9 +35,11 @@ closed by garbage collection once nobody does.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import os
+import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
@@ -105,6 +107,7 @@ class EnvConfig:
     keep_distinct: bool = False  # answer=sql: EX runs both statements as written, not without DISTINCT (official)
     loop_notice: bool = False  # a call that fails again exactly as before gets `prompts.REPEATED_FAILURE_NOTICE`
     budget_notice_at: int = 0  # from this many calls left, each observation says how many remain (0: never)
+    error_hints: bool = False  # a query that names a missing column or table is told where that name lives (`name_hint`)
     rewards: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
@@ -142,6 +145,36 @@ class EnvConfig:
         if isinstance(kwargs.get("rewards"), Mapping):
             kwargs["rewards"] = RewardConfig.from_dict(kwargs["rewards"])
         return cls(**kwargs)
+
+
+_MISSING_NAME = re.compile(r"^(no such column|ambiguous column name|no such table): (.+)$")
+
+
+def name_hint(sandbox: Sandbox, message: str) -> str:
+    """The note a failed query's SQLite `message` gets under `EnvConfig.error_hints` ("" for other errors):
+    for a column, the tables that have one of that name (case-insensitive) or, where none has, up to three
+    `table.column` names like it (one name inside the other first, then by `difflib`'s similarity; none: no note);
+    for a table, the database's tables. Read from the schema only: nothing about the question or its gold query."""
+    found = _MISSING_NAME.match(message.strip())
+    if found is None:
+        return ""
+    kind, name = found.groups()
+    tables = sandbox.table_names()
+    if kind == "no such table":
+        return prompts.name_hint(name, (), (), tables)
+    column = name.rsplit(".", 1)[-1].strip("\"'`[]")
+    by_table = [(t, [c.name for c in info.columns]) for t in tables if (info := sandbox.table_info(t)) is not None]
+    owners = [t for t, columns in by_table if any(c.casefold() == column.casefold() for c in columns)]
+    close: list[str] = []
+    if not owners:
+        spelled = {f"{t}.{c}": c.casefold() for t, columns in by_table for c in columns}
+        want = column.casefold()
+        inside = [f for f in dict.fromkeys(spelled.values()) if len(f) >= 3 and (f in want or want in f)]
+        near = inside + difflib.get_close_matches(want, sorted(set(spelled.values()) - set(inside)), n=3, cutoff=0.6)
+        close = [full for folded in near for full, f in spelled.items() if f == folded][:3]
+        if not close:
+            return ""
+    return prompts.name_hint(column, owners, close, tables)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -480,6 +513,8 @@ class SQLEnv:
         result = self.sandbox.execute(sql)  # an empty statement is the sandbox's error to report
         obs = prompts.render_result(result, cfg.max_rows_shown, cfg.max_chars_shown)
         if not result.ok:
+            if cfg.error_hints:
+                obs += name_hint(self.sandbox, result.error or "")
             return obs, False
         self._last_rows = result.rows
         return obs, self._seen_results.add_if_new(result.rows)

@@ -105,6 +105,22 @@ REPEATED_FAILURE_NOTICE = (
 )
 
 
+def name_hint(missing: str, owners: Sequence[str], close: Sequence[str], tables: Sequence[str]) -> str:
+    """What a failed query's error adds under `EnvConfig.error_hints`: where the name it did not find lives.
+
+    `missing` is a column (`owners`: the tables that have a column of that name; `close`: `table.column`
+    names spelled like it, when no table has it) or, with no owners and no close names, a table (`tables`:
+    every table of the database). What a describe of each table would show, in one line, so a failing query is
+    changed rather than sent again (sqlenv/failures.py counts those that were).
+    """
+    if owners:
+        where = ", ".join(owners)
+        return f"{NOTE_PREFIX}a column {missing} is in: {where}. Use the alias of that table, or join it."
+    if close:
+        return f"{NOTE_PREFIX}no table has a column {missing}; names like it: {', '.join(close)}."
+    return f"{NOTE_PREFIX}tables in this database: {', '.join(tables)}."
+
+
 def budget_notice(calls_left: int, answer_param: str = "value") -> str:
     """What an observation adds once few calls are left (`EnvConfig.budget_notice_at`)."""
     calls = "1 call is" if calls_left == 1 else f"{calls_left} calls are"
