@@ -105,6 +105,7 @@ class SFTDataParams:
     value_check_fraction: float
     empty_recovery_fraction: float
     wrong_join_fraction: float
+    repeat_fraction: float
 
 
 @dataclass(frozen=True)

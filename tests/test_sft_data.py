@@ -330,3 +330,36 @@ def test_a_broken_environment_leaves_no_trajectory_of_the_new_kinds(world, monke
     at = next(i for i, m in enumerate(messages) if m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == "query")
     del messages[at + 2 : at + 4]  # the value check and its result
     assert check_trajectory(messages, "empty_recovery") == "empty_recovery_without_its_queries"
+
+
+def test_repeated_recovery_sends_the_failing_query_twice_meets_the_note_then_changes(world):
+    """`repeat_fraction`: a recovery whose failing query goes out twice, unchanged — the loop real-database
+    episodes fall into — gets its error twice (the second time with the environment's note that the call already
+    failed), then changes; both failing turns are out of the loss, the fix is not."""
+    db_dir, questions = world
+    config = SFTDataConfig(**{**dict.fromkeys(SHARES.values(), 0.0), "error_recovery_fraction": 1.0,
+                              "repeat_fraction": 0.5})  # fmt: skip
+    result = build_sft_data(questions, db_dir, EnvConfig(loop_notice=True, error_hints=True), config)
+    recovery = [r for r in result.records if r["kind"] == "recovery"]
+    twice = [r for r in recovery if len(r["mistakes"]) == 2]
+    assert len(recovery) >= 20 and 0.25 * len(recovery) <= len(twice) <= 0.75 * len(recovery)
+    assert summarize(result, len(questions))["recovery_repeated"] == len(twice)
+    for record in twice:
+        calls, tools = _calls(record), _tool_results(record)
+        first, again = (m // 2 - 1 for m in record["mistakes"])  # assistant turn i answers tool result i
+        assert again == first + 1 and calls[first] == calls[again] and calls[first][0] == "query"
+        assert tools[first].startswith("Error: no such ") and "\n\nNote: " in tools[first]  # the name's hint
+        assert tools[again] == tools[first] + prompts.REPEATED_FAILURE_NOTICE
+        assert calls[again + 1] != calls[again]  # then a change: requalified, or a describe first
+        errors = [t for t in tools if t.startswith("Error:")]
+        assert len(errors) == 2
+    once = next(r for r in recovery if len(r["mistakes"]) == 1)
+    messages = list(once["messages"])
+    at = once["mistakes"][0]
+    call = messages[at]["tool_calls"][0]
+    other = {**messages[at], "tool_calls": [{**call, "function": {**call["function"], "arguments": '{"sql": "SELECT x"}'}}]}
+    broken = messages[: at + 2] + [other, messages[at + 1]] + messages[at + 2:]
+    assert check_trajectory(broken, "recovery") == "recovery_without_single_error"  # two failing calls, not one twice
+    assert check_trajectory(messages[: at + 2] + messages[at : at + 2] + messages[at + 2:], "recovery") is None
+    with pytest.raises(ValueError, match="repeat_fraction"):
+        SFTDataConfig(repeat_fraction=1.5)

@@ -86,10 +86,11 @@ class SFTDataConfig:
     value_check_fraction: float = 0.0
     empty_recovery_fraction: float = 0.0
     wrong_join_fraction: float = 0.0
+    repeat_fraction: float = 0.0  # of the recovery trajectories: the failing query sent again unchanged before the fix
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in SHARES.values():
+        for name in (*SHARES.values(), "repeat_fraction"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"sft_data.{name} must be in [0, 1], got {value}")
@@ -259,8 +260,14 @@ def _pick_wrong_query(question: Question, sandbox: Sandbox, seed: int) -> WrongQ
 
 
 # ---------------------------------------------------------------------------------------- trajectories
+def repeats_failure(question_id: str, config: SFTDataConfig) -> bool:
+    """Whether a recovery trajectory of this question sends its failing query twice (`repeat_fraction`, stable hash)."""
+    return _unit(config.seed, "sft-repeat:" + question_id) < config.repeat_fraction
+
+
 def trajectory_calls(
-    question: Question, sandbox: Sandbox, kind: str, seed: int, env_config: EnvConfig = EnvConfig()
+    question: Question, sandbox: Sandbox, kind: str, seed: int, env_config: EnvConfig = EnvConfig(),
+    repeat: bool = False,
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """(kind actually played, scripted calls). A recovery without a usable wrong query falls back to plain.
 
@@ -270,6 +277,10 @@ def trajectory_calls(
     before and after it has explored, and in both cases the next move is to look, then fix — never to
     answer with the error (what a model trained only on clean trajectories does). With the schema shown
     (`schema: full`) nothing is described up front; the recovery describes the table after the error.
+
+    `repeat`: the failing query is sent a second time, unchanged, right after its error — what the agent does
+    most on real databases — so the trajectory shows the same error again (with `env.loop_notice`, the note that
+    the call already failed) and then the change. Both failing calls stay out of the loss (`mistake_turns`).
     """
     calls = oracle_calls(question, sandbox, sample=kind == "sample", config=env_config)
     if kind in ("explore", "value_check", "empty_recovery", "wrong_join"):
@@ -284,12 +295,13 @@ def trajectory_calls(
         return "plain", calls
     describes = [c for c in calls if c[0] == "describe"]
     rest = [c for c in calls if c[0] != "describe"]  # the gold query and the answer
+    failing = [("query", {"sql": wrong.sql})] * (2 if repeat else 1)
     if wrong.kind == "alias":  # the tables are described; the error names the column: requalify it, at once
-        return "recovery", describes + [("query", {"sql": wrong.sql})] + rest
+        return "recovery", describes + failing + rest
     owner = [c for c in describes if c[1]["table_name"] == wrong.table]
     before = [c for c in describes if c[1]["table_name"] != wrong.table] if owner else []
     after = owner or describes or [("describe", {"table_name": wrong.table})]
-    return "recovery", before + [("query", {"sql": wrong.sql})] + after + rest
+    return "recovery", before + failing + after + rest
 
 
 def _exploring_calls(
@@ -342,11 +354,12 @@ def check_trajectory(messages: Sequence[dict[str, Any]], kind: str) -> str | Non
                 return "arguments_not_json_string"
     errors = [i for i, m in enumerate(results) if m["content"].startswith(prompts.ERROR_PREFIX)]
     if kind == "recovery":
-        if len(errors) != 1:
-            return "recovery_without_single_error"
         names = [m["tool_calls"][0]["function"]["name"] for m in calls]
-        at = errors[0]
         sent = [m["tool_calls"][0]["function"]["arguments"] for m in calls]
+        repeated = len(errors) == 2 and errors[1] == errors[0] + 1 and sent[errors[0]] == sent[errors[1]]
+        if len(errors) != 1 and not repeated:
+            return "recovery_without_single_error"
+        at = errors[-1]
         changed = names[at + 1 : at + 2] == ["query"] and sent[at + 1] != sent[at]  # a wrong alias, requalified
         if names[at] != "query" or not (changed or names[at + 1 : at + 2] == ["describe"] and "query" in names[at + 2 :]):
             return "recovery_without_describe_then_query"
@@ -394,7 +407,8 @@ def build_sft_data(
     for question in sorted(questions, key=lambda q: q.id):
         wanted = assigned_kind(question.id, config)
         sandbox = env.sandbox_for(question.db_id)  # a missing database is a data error: it raises
-        kind, calls = trajectory_calls(question, sandbox, wanted, config.seed, env_config)
+        repeat = wanted == "recovery" and repeats_failure(question.id, config)
+        kind, calls = trajectory_calls(question, sandbox, wanted, config.seed, env_config, repeat=repeat)
         unavailable[wanted] += kind != wanted
         record = play(env, question, calls)
         if not record.messages:
@@ -442,6 +456,7 @@ def summarize(result: SFTDataResult, candidates: int) -> dict[str, Any]:
         "kept": len(records),
         "keep_rate": len(records) / candidates if candidates else 0.0,
         "by_kind": {k: by_kind.get(k, 0) for k in KINDS},
+        "recovery_repeated": sum(1 for r in records if r["kind"] == "recovery" and len(r["mistakes"]) > 1),
         "by_hardness": {h: by_hardness.get(h, 0) for h in HARDNESS_LEVELS},
         "by_kind_hardness": {
             k: {h: sum(1 for r in records if r["kind"] == k and r["hardness"] == h) for h in HARDNESS_LEVELS}
