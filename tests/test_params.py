@@ -100,3 +100,22 @@ def test_a_dvc_sweep_value_loads_as_a_number(tmp_path):
     assert "learning_rate: 1e-05" in path.read_text()  # DVC's spelling, a string to a YAML 1.1 reader
     p = load_params(path)
     assert (p.grpo_phase1.learning_rate, p.grpo_phase2.learning_rate) == (1e-05, 6e-06)
+
+
+def test_the_library_defaults_are_params_yaml_defaults():
+    """`sqlenv eval`, `sqlenv serve` and the page build `EnvConfig()` and `SFTDataConfig()` without params.yaml: what
+    an agent trained by the default pipeline met must be what they show it (a note on in training and off there
+    would be an evaluation the training never saw)."""
+    from dataclasses import asdict
+
+    from sqlenv.data.sft_data import SFTDataConfig
+    from sqlenv.env.environment import EnvConfig
+    from sqlenv.env.rewards import RewardConfig
+
+    p = load_params(REPO / "params.yaml")
+    env, rewards = asdict(EnvConfig()), asdict(RewardConfig())
+    shown = section_dict(p, "env")["env"]
+    assert {k: env[k] for k in shown} == shown
+    assert {k: rewards[k] for k in section_dict(p, "rewards")["rewards"]} == section_dict(p, "rewards")["rewards"]
+    sft_data = section_dict(p, "sft_data")["sft_data"]
+    assert {k: asdict(SFTDataConfig())[k] for k in sft_data} == sft_data
