@@ -106,6 +106,7 @@ class SFTDataParams:
     empty_recovery_fraction: float
     wrong_join_fraction: float
     repeat_fraction: float
+    qualify: Literal["alias", "table"]
 
 
 @dataclass(frozen=True)

@@ -363,3 +363,34 @@ def test_repeated_recovery_sends_the_failing_query_twice_meets_the_note_then_cha
     assert check_trajectory(messages[: at + 2] + messages[at : at + 2] + messages[at + 2:], "recovery") is None
     with pytest.raises(ValueError, match="repeat_fraction"):
         SFTDataConfig(repeat_fraction=1.5)
+
+
+def test_table_qualified_teacher_names_tables_not_aliases(world):
+    """`qualify: table`: the teacher's join queries say `booking.seat_class`, not `T1.seat_class` (a column under
+    the wrong alias was the commonest first error of the SFT agent on real databases); spliced in place, the same
+    rows, and left as written where that cannot be done safely."""
+    from sqlenv.data.sft_data import table_qualified
+
+    assert table_qualified("SELECT T2.name, count(*) FROM flight AS T1 JOIN airport AS T2 ON T1.origin = T2.airport_id "
+                           "GROUP BY T2.airport_id") == ("SELECT airport.name, count(*) FROM flight JOIN airport ON "
+                                                         "flight.origin = airport.airport_id GROUP BY airport.airport_id")  # fmt: skip
+    assert table_qualified("select t1.name from singer t1 where t1.age > 3") == "select singer.name from singer where singer.age > 3"
+    assert table_qualified("SELECT name FROM singer") is None  # no alias
+    assert table_qualified("SELECT T1.a FROM x AS T1 JOIN x AS T2 ON T1.a = T2.b") is None  # a table read twice
+    assert table_qualified("SELECT T1.a FROM (SELECT a FROM x) AS T1") is None  # an aliased subquery
+    db_dir, questions = world
+    config = SFTDataConfig(**{**dict.fromkeys(SHARES.values(), 0.0), "error_recovery_fraction": 0.5, "qualify": "table"})
+    table, alias = (build_sft_data(questions, db_dir, EnvConfig(), replace(config, qualify=q)) for q in ("table", "alias"))
+    rewritten = {q.id for q in questions if table_qualified(q.gold_sql) is not None}
+    aliased_gold = [q for q in questions if " AS T" in q.gold_sql]
+    assert len(aliased_gold) > table.requalified == len(rewritten) >= 0.8 * len(aliased_gold) and alias.requalified == 0
+    assert len(table.records) == len(alias.records)  # every trajectory still verified
+    sent = [json.loads(a)["sql"] for r in table.records if r["id"] in rewritten for n, a in _calls(r) if n == "query"]
+    assert not any(re.search(r"\bT\d\.", s) for s in sent)  # no alias, the recoveries' wrong queries included
+    assert any(re.search(r"\bT\d\.", json.loads(a)["sql"]) for r in alias.records for n, a in _calls(r) if n == "query")
+    aliased = [r for r in table.records if r["kind"] == "recovery" and
+               re.search(r"no such column: \w+\.", next(m["content"] for m in r["messages"] if m["role"] == "tool"
+                                                         and m["content"].startswith("Error")))]  # fmt: skip
+    assert aliased  # the wrong-qualifier recovery still plays, now as `airport.name` for `flight.name`
+    with pytest.raises(ValueError, match="qualify"):
+        SFTDataConfig(qualify="T1")

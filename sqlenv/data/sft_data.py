@@ -42,7 +42,7 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,7 @@ SHARES: dict[str, str] = {
     "explore": "explore_fraction",
     "sample": "sample_fraction",
 }
+QUALIFY_STYLES: tuple[str, ...] = ("alias", "table")
 _UNIT = float(2**64)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _EXPAND = {short: long for long, short in ABBREVIATIONS.items()}  # "yr" -> "year": the name a model would guess
@@ -87,6 +88,7 @@ class SFTDataConfig:
     empty_recovery_fraction: float = 0.0
     wrong_join_fraction: float = 0.0
     repeat_fraction: float = 0.0  # of the recovery trajectories: the failing query sent again unchanged before the fix
+    qualify: str = "alias"  # how the teacher's queries name a column's table: alias (T1.name, as written) | table
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -94,6 +96,8 @@ class SFTDataConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"sft_data.{name} must be in [0, 1], got {value}")
+        if self.qualify not in QUALIFY_STYLES:
+            raise ValueError(f"sft_data.qualify must be one of {QUALIFY_STYLES}, got {self.qualify!r}")
         total = sum(getattr(self, name) for name in SHARES.values())
         if total > 1.0 + 1e-9:
             raise ValueError(f"sft_data: the kinds' shares add up to {total:g} > 1 ({', '.join(SHARES.values())})")
@@ -102,6 +106,7 @@ class SFTDataConfig:
 @dataclass
 class SFTDataResult:
     records: list[dict[str, Any]]
+    requalified: int = 0  # questions whose teacher query names tables instead of aliases (`qualify: table`)
     drop_counts: dict[str, int] = field(default_factory=dict)
     dropped: list[tuple[str, str]] = field(default_factory=list)
     unavailable: dict[str, int] = field(default_factory=dict)  # wanted kind -> questions it could not be played on
@@ -259,6 +264,62 @@ def _pick_wrong_query(question: Question, sandbox: Sandbox, seed: int) -> WrongQ
     return None
 
 
+def table_qualified(sql: str) -> str | None:
+    """`sql` with each table alias replaced by the table's own name (`FROM booking AS T1 ... T1.seat_class` ->
+    `FROM booking ... booking.seat_class`), spliced in place so the rest stays byte-identical; None where nothing
+    is aliased or it cannot be done safely (a table read twice, an aliased subquery, no reliable offsets)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except SqlglotError:
+        return None
+    tables = list(tree.find_all(exp.Table))
+    names = [t.name.lower() for t in tables]
+    if len(set(names)) != len(names) or any(q.args.get("alias") is not None for q in tree.find_all(exp.Subquery)):
+        return None
+    edits: list[tuple[int, int, str]] = []  # (start, end inclusive, replacement)
+    by_alias: dict[str, str] = {}
+    for table in tables:
+        alias = table.args.get("alias")
+        if alias is None:
+            continue
+        ident, name = alias.this, table.this
+        if not isinstance(ident, exp.Identifier) or not isinstance(name, exp.Identifier) or name.quoted:
+            return None
+        start, end = ident.meta.get("start"), ident.meta.get("end")
+        name_end = name.meta.get("end")
+        if start is None or end is None or name_end is None or sql[start : end + 1] != ident.name:
+            return None
+        if not re.fullmatch(r"\s+(?:AS\s+)?", sql[name_end + 1 : start], flags=re.IGNORECASE):
+            return None
+        by_alias[ident.name.lower()] = name.name
+        edits.append((name_end + 1, end, ""))
+    if not by_alias:
+        return None
+    for column in tree.find_all(exp.Column):
+        qualifier = column.args.get("table")
+        if not isinstance(qualifier, exp.Identifier) or qualifier.name.lower() not in by_alias:
+            continue
+        start, end = qualifier.meta.get("start"), qualifier.meta.get("end")
+        if start is None or end is None or sql[start : end + 1] != qualifier.name:
+            return None
+        edits.append((start, end, by_alias[qualifier.name.lower()]))
+    out = sql
+    for start, end, replacement in sorted(edits, reverse=True):
+        out = out[:start] + replacement + out[end + 1 :]
+    return out
+
+
+def _requalified(question: Question, sandbox: Sandbox) -> Question | None:
+    """The question with its gold SQL table-qualified (`table_qualified`) where that returns the same rows, else None."""
+    sql = table_qualified(question.gold_sql)
+    if sql is None:
+        return None
+    before, after = sandbox.execute(question.gold_sql), sandbox.execute(sql)
+    if not (before.ok and after.ok and before.rows == after.rows and len(before.columns) == len(after.columns)):
+        return None
+    return replace(question, gold_sql=sql)
+
+
 # ---------------------------------------------------------------------------------------- trajectories
 def repeats_failure(question_id: str, config: SFTDataConfig) -> bool:
     """Whether a recovery trajectory of this question sends its failing query twice (`repeat_fraction`, stable hash)."""
@@ -404,9 +465,12 @@ def build_sft_data(
     records: list[dict[str, Any]] = []
     dropped: list[tuple[str, str]] = []
     unavailable: Counter[str] = Counter()
+    requalified = 0
     for question in sorted(questions, key=lambda q: q.id):
         wanted = assigned_kind(question.id, config)
         sandbox = env.sandbox_for(question.db_id)  # a missing database is a data error: it raises
+        if config.qualify == "table" and (rewritten := _requalified(question, sandbox)) is not None:
+            question, requalified = rewritten, requalified + 1
         repeat = wanted == "recovery" and repeats_failure(question.id, config)
         kind, calls = trajectory_calls(question, sandbox, wanted, config.seed, env_config, repeat=repeat)
         unavailable[wanted] += kind != wanted
@@ -441,6 +505,7 @@ def build_sft_data(
         drop_counts=dict(sorted(Counter(reason for _, reason in dropped).items())),
         dropped=dropped,
         unavailable={k: unavailable.get(k, 0) for k in KINDS if k in SHARES},
+        requalified=requalified,
     )
 
 
@@ -456,6 +521,7 @@ def summarize(result: SFTDataResult, candidates: int) -> dict[str, Any]:
         "kept": len(records),
         "keep_rate": len(records) / candidates if candidates else 0.0,
         "by_kind": {k: by_kind.get(k, 0) for k in KINDS},
+        "requalified": result.requalified,
         "recovery_repeated": sum(1 for r in records if r["kind"] == "recovery" and len(r["mistakes"]) > 1),
         "by_hardness": {h: by_hardness.get(h, 0) for h in HARDNESS_LEVELS},
         "by_kind_hardness": {
