@@ -28,6 +28,10 @@ real database (`sqlenv.data.exploring`):
   corrected query at once.
   The other gold tables are described before the wrong query (see `trajectory_calls`).
 
+Two options change how a kind is played, not which: `repeat_fraction` of the recovery trajectories send the failing
+query twice (the same error again, with `env.loop_notice` its note) before the fix; `qualify: table` rewrites the
+gold SQL the teacher writes to name each table instead of a T1/T2 alias (`table_qualified`, the same rows checked).
+
 A question a kind cannot be played on (no rename yields a real name error; no text filter, or none whose other
 spelling comes back empty; no join a wrong key empties; no table outside the gold query) is played `plain` and
 counted by wanted kind (`unavailable`). Only trajectories the verifier accepts are kept; the others are counted by reason.
