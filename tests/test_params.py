@@ -113,9 +113,6 @@ def test_the_library_defaults_are_params_yaml_defaults():
     from sqlenv.env.rewards import RewardConfig
 
     p = load_params(REPO / "params.yaml")
-    env, rewards = asdict(EnvConfig()), asdict(RewardConfig())
-    shown = section_dict(p, "env")["env"]
-    assert {k: env[k] for k in shown} == shown
-    assert {k: rewards[k] for k in section_dict(p, "rewards")["rewards"]} == section_dict(p, "rewards")["rewards"]
-    sft_data = section_dict(p, "sft_data")["sft_data"]
-    assert {k: asdict(SFTDataConfig())[k] for k in sft_data} == sft_data
+    for section, library in (("env", EnvConfig()), ("rewards", RewardConfig()), ("sft_data", SFTDataConfig())):
+        shown, defaults = section_dict(p, section)[section], asdict(library)
+        assert {k: defaults[k] for k in shown} == shown, section
