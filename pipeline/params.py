@@ -58,6 +58,7 @@ class WorldParams:
     databases_per_domain: int
     questions_per_db: int
     side_tables: int
+    renamed_columns: float
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ def main() -> None:
                 databases_per_domain=params.world.databases_per_domain,
                 questions_per_db=params.world.questions_per_db,
                 side_tables=params.world.side_tables,
+                renamed_columns=params.world.renamed_columns,
                 sql_timeout_s=params.env.sql_timeout_s,
             )
             if by_file:  # Spider's protocol: training files -> train, the questions file -> evaluation

@@ -77,6 +77,40 @@ def test_side_tables_are_in_the_files_and_in_no_question(worlds, tmp_path):
     assert extra_total >= len(_db_ids(path))  # about two per database on average, not none
 
 
+def test_renamed_columns_change_names_not_questions_or_answers(worlds, tmp_path):
+    """`renamed_columns` spells a share of columns from other words than the questions use (a table's label column is
+    no longer `name` everywhere, `salary` may be `pay`) and changes nothing else: the same questions and gold answers,
+    the same rows, keys keep their names; the gold SQL names the new columns, and is what the questions were checked
+    against."""
+    path, world = worlds["a"]
+    renamed = build_world(tmp_path / "renamed", seed=0, **{**SMALL, "renamed_columns": 0.5})
+    assert [q.question for q in renamed.questions] == [q.question for q in world.questions]
+    assert [q.gold_answer for q in renamed.questions] == [q.gold_answer for q in world.questions]
+    assert sum(q.gold_sql != p.gold_sql for q, p in zip(renamed.questions, world.questions)) > len(world.questions) / 3
+    changed = labels_changed = 0
+    for db_id in _db_ids(path):
+        con, plain = sqlite3.connect(db_file(tmp_path / "renamed", db_id)), sqlite3.connect(db_file(path, db_id))
+        try:
+            tables, graph = _fk_graph(con)
+            assert (tables, graph) == _fk_graph(plain)  # same tables, same foreign keys
+            for t in tables:
+                cols = [r[1] for r in con.execute(f"PRAGMA table_info({t})")]
+                before = [r[1] for r in plain.execute(f"PRAGMA table_info({t})")]
+                keys = {r[3] for r in con.execute(f"PRAGMA foreign_key_list({t})")}
+                assert [c for c in cols if c in keys] == [c for c in before if c in keys] and cols[0] == before[0]
+                assert con.execute(f"SELECT * FROM {t}").fetchall() == plain.execute(f"SELECT * FROM {t}").fetchall()
+                changed += sum(a != b for a, b in zip(cols, before))
+                labels_changed += before[1].lower().endswith("name") and cols[1] != before[1]
+        finally:
+            con.close(), plain.close()
+        assert renamed.stats["databases"][db_id]["renamed_columns"] > 0
+    n_columns = sum(len(t.columns) for d in SMALL["domains"] for t in get_domain(d).tables) * 2
+    assert 0.25 * n_columns < changed < 0.75 * n_columns and labels_changed >= 5
+    for q in renamed.questions[:60]:  # the oracle checked every gold query against the renamed database
+        with Sandbox(db_file(tmp_path / "renamed", q.db_id)) as box:
+            assert verify(q.gold_answer, box.execute(q.gold_sql).rows, q.ordered).correct, q
+
+
 def test_other_seed_other_world(worlds):
     (pa, a), (pc, c) = worlds["a"], worlds["c"]
     assert _db_ids(pa) == _db_ids(pc)  # same ids, different contents

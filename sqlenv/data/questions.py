@@ -57,6 +57,7 @@ def build_questions(
     databases_per_domain: int = 2,
     questions_per_db: int = 130,
     side_tables: int = 0,
+    renamed_columns: float = 0.0,
     sql_timeout_s: float = 2.0,
 ) -> BuiltQuestions:
     db_dir = Path(db_dir)
@@ -79,6 +80,7 @@ def build_questions(
             databases_per_domain=databases_per_domain,
             questions_per_db=questions_per_db,
             side_tables=side_tables,
+            renamed_columns=renamed_columns,
         )
         # The world writes <db_dir>/world/<db>/<db>.sqlite; lift the databases one level up.
         for child in sorted((db_dir / "world").iterdir()):

@@ -3,7 +3,7 @@
 `build_world` makes `databases_per_domain` databases for each chosen domain, writes them
 as `<out_dir>/<db_id>/<db_id>.sqlite` and generates oracle-checked questions over each.
 A database is a pure function of (seed, db_id): its naming style, dropped optional tables, side tables
-(`side_tables.py`: tables no question reads), row counts, values and questions all derive from a hash of
+(`side_tables.py`: tables no question reads), renamed columns (`synonyms.py`), row counts, values and questions all derive from a hash of
 both, so building a subset of domains yields exactly the databases the full world has under those ids.
 
 Writes are atomic (`sqlenv.files.atomic_dir`): everything is built in a temporary sibling
@@ -29,6 +29,7 @@ from sqlenv.data.world.populate import fill, write_sqlite
 from sqlenv.data.world.schema import DbView
 from sqlenv.data.world.side_tables import pick_side_tables
 from sqlenv.data.world.spec import Domain, longest_chain
+from sqlenv.data.world.synonyms import draw_renames
 from sqlenv.data.world.values import ValueSource
 from sqlenv.files import atomic_dir
 from sqlenv.types import HARDNESS_LEVELS, Question, db_file, stable_hash
@@ -74,10 +75,13 @@ def build_world(
     max_answer_rows: int = 20,
     level_shares: dict[str, float] | None = None,
     side_tables: int = 0,
+    renamed_columns: float = 0.0,
 ) -> WorldResult:
     """Write the world's databases under `out_dir` and return its questions and stats.
 
-    `side_tables`: each database also gets 0..this many tables no question reads (`side_tables.py`)."""
+    `side_tables`: each database also gets 0..this many tables no question reads (`side_tables.py`).
+    `renamed_columns`: about this share of each database's columns is spelled from other words than the questions
+    use (`synonyms.py`)."""
     if databases_per_domain < 1 or questions_per_db < 1:
         raise ValueError("databases_per_domain and questions_per_db must be >= 1")
     out_dir = Path(out_dir)
@@ -95,7 +99,9 @@ def build_world(
                 spec = _variant(domain, random.Random(s))
                 side = pick_side_tables(seed, db_id, side_tables, {t.singular for t in spec.tables})
                 written = Domain(spec.name, spec.tables + side)  # side tables last: the domain's names and rows stay
-                view = fill(db_id, written, name_database(written, _style(seed, domain.name, v)), ValueSource(s))
+                renames = draw_renames(written.tables, renamed_columns, seed, db_id)
+                naming = name_database(written, _style(seed, domain.name, v), renames)
+                view = fill(db_id, written, naming, ValueSource(s))
                 path = db_file(tmp, db_id)
                 write_sqlite(view, path)
                 asked = DbView(view.db_id, view.domain, view.style,
@@ -108,6 +114,7 @@ def build_world(
                 per_db[db_id] = {
                     **view.summary(),
                     "side_tables": [t.name for k, t in view.tables.items() if k not in asked.tables],
+                    "renamed_columns": len(renames),
                     "questions": len(made.questions),
                     "hardness": dict(Counter(q.hardness for q in made.questions)),
                     "empty_by_design": made.empty_by_design,

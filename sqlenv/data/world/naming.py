@@ -129,8 +129,9 @@ def _ok(name: str, taken: set[str]) -> bool:
     return name.lower() not in RESERVED and name.lower() not in taken
 
 
-def name_database(domain: Domain, style: Style) -> Naming:
-    """Spell every table, primary key and column of `domain` in `style`."""
+def name_database(domain: Domain, style: Style, renames: dict[tuple[str, str], list[str]] | None = None) -> Naming:
+    """Spell every table, primary key and column of `domain` in `style`; `renames` ((table, column concept) -> words,
+    `synonyms.py`) spells those columns from other words than their own."""
     out = Naming(style.name)
     taken_tables: set[str] = set()
     table_case = "pascal" if style.case == "camel" else style.case  # camelCase tables read as Pascal
@@ -142,12 +143,12 @@ def name_database(domain: Domain, style: Style) -> Naming:
         name = next(c for c in candidates if _ok(c, taken_tables))
         taken_tables.add(name.lower())
         out.tables[t.singular] = name
-        out.pks[t.singular], columns = _name_columns(t, style)
+        out.pks[t.singular], columns = _name_columns(t, style, renames or {})
         out.columns.update(columns)
     return out
 
 
-def _name_columns(t: Table, style: Style) -> tuple[str, dict[tuple[str, str], str]]:
+def _name_columns(t: Table, style: Style, renames: dict[tuple[str, str], list[str]]) -> tuple[str, dict[tuple[str, str], str]]:
     """Primary key name and column names of one table, unique within the table."""
     tab = _table_abbrev(t)
     own = [_abbrev(w) for w in _words(t.singular)] if style.abbreviate else _words(t.singular)
@@ -170,9 +171,11 @@ def _name_columns(t: Table, style: Style) -> tuple[str, dict[tuple[str, str], st
     names: dict[tuple[str, str], str] = {}
     for c in t.columns:
         words = _words(" ".join(c.words)) + (["id"] if c.kind == "fk" else [])
-        # Fallbacks, in order: the style's spelling, unabbreviated, with the table's abbreviation
-        # in front (avoids keywords such as a bare `order`), then numbered.
-        candidates = [spell(words, style.abbreviate), spell(words, False), _join(tab + words, style.case)]
+        # Fallbacks, in order: a renamed spelling, the style's spelling, unabbreviated, with the table's
+        # abbreviation in front (avoids keywords such as a bare `order`), then numbered.
+        other = renames.get((t.singular, c.concept))
+        candidates = [spell(other, style.abbreviate), spell(other, False)] if other else []
+        candidates += [spell(words, style.abbreviate), spell(words, False), _join(tab + words, style.case)]
         candidates += [_join(tab + words + [str(i)], style.case) for i in range(2, 9)]
         name = next(n for n in candidates if _ok(n, taken))
         taken.add(name.lower())
