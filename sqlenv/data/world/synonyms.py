@@ -9,7 +9,7 @@ concert's name is `concert_Name`, a singer's nationality `Citizenship`, a depart
 
 With `world.renamed_columns: p` a share p of each database's columns takes another spelling (a stable draw from the
 database's seed, its own random stream: rows, values and questions stay what they are without it): a label column
-becomes `<table> name`, `title` or `full name`; another column swaps one of its words for a synonym (`salary` ->
+called `name` becomes `<table> name` (or, for a person, `full name`); another column swaps one of its words for a synonym (`salary` ->
 `pay`, `birth date` -> `born date`, `population` -> `inhabitants`), or, where no word has one, puts the table's
 name in front (`capacity` -> `stadium capacity`). The questions do not change; only reading the schema tells the
 agent what a column is called. Key columns (`id`, foreign keys) keep their names.
@@ -56,10 +56,8 @@ def renamed_words(table: Table, column: Column, rng: random.Random) -> list[str]
         return None
     words = (column.ident or column.concept).replace("-", " ").lower().split()
     own = table.singular.lower().split()
-    if column.kind == "label":
-        options = [own + words]  # a concert's name is `concert_name`
-        options.append(["full", "name"] if column.gen == "person" else ["title"])
-        return rng.choice([o for o in options if o != words] or options)
+    if words == ["name"]:  # a concert's name is `concert_name`, a person's perhaps `full_name`
+        return rng.choice([own + words, ["full", "name"]]) if column.gen == "person" else own + words
     swappable = [i for i, w in enumerate(words) if w in SYNONYMS]
     if not swappable:
         return own + words if words[: len(own)] != own else None
