@@ -35,8 +35,10 @@ def diff(name: str, r: dict) -> str:
             f" only a {r['only_a_correct']} only b {r['only_b_correct']} p = {r['mcnemar_p']:.4f}")  # fmt: skip
 
 
-def main(side: str) -> None:
-    ref_t, new_t = load(HERE / "reference/transfer_sft"), load(HERE / f"{side}/transfer_sft")
+def main(side: str, here: Path = HERE) -> None:
+    """`here`: the folder holding `<side>/` and receiving run_<side>.json (another investigation's, sharing this
+    folder's reference records)."""
+    ref_t, new_t = load(HERE / "reference/transfer_sft"), load(here / f"{side}/transfer_sft")
     today_t, single = load(BASELINE / "transfer_sft"), load(BASELINE / "transfer_base_sql")
     result = {"transfer": {"reference_sft": accuracy(list(ref_t.values())), "new_sft": accuracy(list(new_t.values())),
                            "today_sft": accuracy(list(today_t.values())), "base_sql": accuracy(list(single.values())),
@@ -48,8 +50,8 @@ def main(side: str) -> None:
         print(line(f"transfer {key}", result["transfer"][key]))
     for key in ("new_vs_reference", "new_vs_today", "new_vs_single_shot"):
         print(diff(f"transfer {key}", result["transfer"][key]["all"]))
-    if (HERE / side / "heldout_v1").is_dir():
-        ref_h, new_h, today_h = (load(p) for p in (HERE / "reference/heldout_v1", HERE / side / "heldout_v1",
+    if (here / side / "heldout_v1").is_dir():
+        ref_h, new_h, today_h = (load(p) for p in (HERE / "reference/heldout_v1", here / side / "heldout_v1",
                                                   BASELINE / "heldout_v1"))  # fmt: skip
         result["heldout_v1"] = {"reference_sft": accuracy(list(ref_h.values())), "new_sft": accuracy(list(new_h.values())),
                                 "today_sft": accuracy(list(today_h.values())),
@@ -59,7 +61,7 @@ def main(side: str) -> None:
             print(line(f"heldout {key}", result["heldout_v1"][key]))
         for key in ("new_vs_reference", "new_vs_today"):
             print(diff(f"heldout {key}", result["heldout_v1"][key]["all"]))
-    (HERE / f"run_{side}.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
+    (here / f"run_{side}.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
 
 
 if __name__ == "__main__":

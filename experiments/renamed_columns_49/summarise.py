@@ -1,0 +1,22 @@
+"""Summarise this investigation's runs against the reference SFT agent and the issue's baseline, paired.
+
+    .venv/bin/python experiments/renamed_columns_49/summarise.py run6 run7     -> run_<side>.json
+
+The pairing, taxonomy and reference records of `experiments/error_hints_48/summarise.py` (the committed reference
+run's SFT agent on the transfer set and on `configs/fixed/synthetic_heldout_n200_v1`); each `<side>/` here holds
+`transfer_sft` and `heldout_v1` (samples.jsonl.gz + metrics.json).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "error_hints_48"))
+
+from summarise import main  # noqa: E402
+
+if __name__ == "__main__":
+    for side in sys.argv[1:] or ["run6"]:
+        main(side, here=HERE)
