@@ -9,14 +9,16 @@ run's SFT agent on the transfer set and on `configs/fixed/synthetic_heldout_n200
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "error_hints_48"))
-
-from summarise import main  # noqa: E402
+# Loaded by path under its own name: both scripts are called summarise.py.
+_spec = importlib.util.spec_from_file_location("error_hints_summarise", HERE.parent / "error_hints_48" / "summarise.py")
+error_hints = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(error_hints)
 
 if __name__ == "__main__":
     for side in sys.argv[1:] or ["run6"]:
-        main(side, here=HERE)
+        error_hints.main(side, here=HERE)
