@@ -148,7 +148,9 @@ def name_database(domain: Domain, style: Style, renames: dict[tuple[str, str], l
     return out
 
 
-def _name_columns(t: Table, style: Style, renames: dict[tuple[str, str], list[str]]) -> tuple[str, dict[tuple[str, str], str]]:
+def _name_columns(
+    t: Table, style: Style, renames: dict[tuple[str, str], list[str]]
+) -> tuple[str, dict[tuple[str, str], str]]:
     """Primary key name and column names of one table, unique within the table."""
     tab = _table_abbrev(t)
     own = [_abbrev(w) for w in _words(t.singular)] if style.abbreviate else _words(t.singular)

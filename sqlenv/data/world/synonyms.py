@@ -8,11 +8,11 @@ concert's name is `concert_Name`, a singer's nationality `Citizenship`, a depart
 (a column under a table that lacks it: `experiments/error_hints_48/`).
 
 With `world.renamed_columns: p` a share p of each database's columns takes another spelling (a stable draw from the
-database's seed, its own random stream: rows, values and questions stay what they are without it): a label column
-called `name` becomes `<table> name` (or, for a person, `full name`); another column swaps one of its words for a synonym (`salary` ->
-`pay`, `birth date` -> `born date`, `population` -> `inhabitants`), or, where no word has one, puts the table's
-name in front (`capacity` -> `stadium capacity`). The questions do not change; only reading the schema tells the
-agent what a column is called. Key columns (`id`, foreign keys) keep their names.
+database's seed, its own random stream: rows, values and questions stay what they are without it): a column called
+`name` becomes `<table> name` (or, for a person, `full name`); another column swaps one of its words for a synonym
+(`salary` -> `pay`, `birth date` -> `born date`, `population` -> `inhabitants`), or, where no word has one, puts its
+table's name in front (`gpa` -> `student gpa`). The questions do not change; only reading the schema tells the agent
+what a column is called. Key columns (`id`, foreign keys) keep their names.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import random
 from sqlenv.data.world.spec import Column, Table
 
 # One word -> words that could stand for it in a column name. Chosen to read naturally in any column it occurs in
-# (`start date` -> `start day`, `shipping cost` -> `shipping charge`); never an SQLite keyword on its own.
+# (`start date` -> `start day`, `shipping cost` -> `shipping charge`); a renamed column that would be an SQLite
+# keyword or clash with another column falls back to its usual spelling (`naming.py`).
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "date": ("day",), "year": ("yr",), "birth": ("born",), "salary": ("pay", "wage"),
     "price": ("cost", "amount"), "cost": ("charge", "expense"), "fee": ("charge",), "rate": ("tariff",),
