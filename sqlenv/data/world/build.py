@@ -4,7 +4,8 @@
 as `<out_dir>/<db_id>/<db_id>.sqlite` and generates oracle-checked questions over each.
 A database is a pure function of (seed, db_id): its naming style, dropped optional tables, side tables
 (`side_tables.py`: tables no question reads), renamed columns (`synonyms.py`), row counts, values and questions
-all derive from a hash of both, so building a subset of domains yields exactly the databases the full world has under those ids.
+all derive from a hash of both, so building a subset of domains yields exactly the databases the full world has
+under those ids.
 
 Writes are atomic (`sqlenv.files.atomic_dir`): everything is built in a temporary sibling
 folder and swapped into place at the end (replacing an earlier build); on any error the
