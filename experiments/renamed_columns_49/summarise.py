@@ -22,7 +22,6 @@ error_hints = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(error_hints)
 
 
-
 def renamed_heldout() -> None:
     """PLAN-3: run 7's SFT and the reference SFT on the renamed world's held-out n200, paired."""
     run7, ref = (error_hints.load(HERE / "renamed_heldout" / name) for name in ("run7", "reference"))
