@@ -35,12 +35,13 @@ def habits(folder: Path) -> dict:
         record = json.loads(line)
         described: set[str] = set()
         first_query = True
-        errors = [c for c in calls(record["messages"]) if c.failed and c.tool == "query"]
+        played = calls(record["messages"])
+        errors = [c for c in played if c.failed and c.tool == "query"]
         out["episodes"] += 1
         if errors:
             out["with_error"] += 1
             out[f"first_error: {first_error_kind(errors[0].observation)}"] += 1
-        for c in calls(record["messages"]):
+        for c in played:
             if c.tool == "describe":
                 described.add(c.key[1].lower())
             elif c.tool == "query":

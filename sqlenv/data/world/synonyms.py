@@ -55,7 +55,7 @@ def renamed_words(table: Table, column: Column, rng: random.Random) -> list[str]
     """Other words for `column`'s SQL name in `table`, or None where it keeps its own (keys, and nothing to swap)."""
     if column.kind == "fk":
         return None
-    words = (column.ident or column.concept).replace("-", " ").lower().split()
+    words = [w.lower() for w in column.words]
     own = table.singular.lower().split()
     if words == ["name"]:  # a concert's name is `concert_name`, a person's perhaps `full_name`
         return rng.choice([own + words, ["full", "name"]]) if column.gen == "person" else own + words
